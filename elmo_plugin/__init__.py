@@ -1,0 +1,26 @@
+"""
+elmo_plugin: ELMo (Peters et al. 2018) for AllenNLP, end to end.
+
+Importing the package registers its components under AllenNLP's names (`elmo_characters`,
+`elmo_token_embedder`), replacing AllenNLP's own implementations in every config.
+"""
+import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp's imports)
+
+# AllenNLP's own ELMo classes must be registered before ours replace them (`exist_ok=True`);
+# importing these packages registers them, and would raise if it came after our registration.
+import allennlp.data.token_indexers  # noqa: F401,E402
+import allennlp.modules.token_embedders  # noqa: F401,E402
+
+from elmo_plugin.data import ElmoCharacterMapper, ElmoTokenCharactersIndexer, batch_to_ids  # noqa: E402
+from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
+from elmo_plugin.weights import ElmoOptions  # noqa: E402
+
+__all__ = [
+    "Elmo",
+    "ElmoBiLm",
+    "ElmoCharacterMapper",
+    "ElmoOptions",
+    "ElmoTokenCharactersIndexer",
+    "ElmoTokenEmbedder",
+    "batch_to_ids",
+]

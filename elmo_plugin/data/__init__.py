@@ -1,0 +1,2 @@
+from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
+from elmo_plugin.data.token_indexer import ElmoTokenCharactersIndexer

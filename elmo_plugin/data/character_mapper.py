@@ -1,0 +1,87 @@
+"""
+ELMo's character vocabulary: the UTF-8 bytes of a token plus five special characters.
+"""
+from typing import Dict, List, Optional
+
+import torch
+
+MAX_CHARACTERS_PER_TOKEN = 50
+
+# Ids 0-255 are UTF-8 byte values; the special characters follow.
+BEGINNING_OF_SENTENCE_CHARACTER = 256
+END_OF_SENTENCE_CHARACTER = 257
+BEGINNING_OF_WORD_CHARACTER = 258
+END_OF_WORD_CHARACTER = 259
+PADDING_CHARACTER = 260
+
+
+def _special_token_character_ids(character: int) -> List[int]:
+    character_ids = [PADDING_CHARACTER] * MAX_CHARACTERS_PER_TOKEN
+    character_ids[0] = BEGINNING_OF_WORD_CHARACTER
+    character_ids[1] = character
+    character_ids[2] = END_OF_WORD_CHARACTER
+    return character_ids
+
+
+class ElmoCharacterMapper:
+    """
+    Maps a token to the 50 character ids the ELMo char CNN reads.
+
+    A token becomes `<begin word>`, its UTF-8 bytes (at most 48: longer tokens are cut, even
+    inside a multi-byte character, as bilm-tf does), `<end word>`, then padding characters.
+    `<S>` and `</S>` map to the sentence-boundary characters. Every id is shifted by +1 so that
+    0 is free for padded token positions.
+
+    # Parameters
+
+    tokens_to_add : `Dict[str, int]`, optional (default = `None`)
+        Extra special tokens, each mapped to a single character id (before the +1 shift) that
+        replaces the token's bytes, e.g. `{"<mask>": 261}` for a biLM trained with it.
+    """
+
+    max_word_length = MAX_CHARACTERS_PER_TOKEN
+    bos_token = "<S>"
+    eos_token = "</S>"
+    beginning_of_sentence_characters = _special_token_character_ids(BEGINNING_OF_SENTENCE_CHARACTER)
+    end_of_sentence_characters = _special_token_character_ids(END_OF_SENTENCE_CHARACTER)
+
+    def __init__(self, tokens_to_add: Optional[Dict[str, int]] = None) -> None:
+        self.tokens_to_add = tokens_to_add or {}
+
+    def convert_word_to_char_ids(self, word: str) -> List[int]:
+        if word in self.tokens_to_add:
+            character_ids = _special_token_character_ids(self.tokens_to_add[word])
+        elif word == self.bos_token:
+            character_ids = self.beginning_of_sentence_characters
+        elif word == self.eos_token:
+            character_ids = self.end_of_sentence_characters
+        else:
+            # "ignore" only drops lone surrogates, which have no UTF-8 encoding.
+            word_bytes = word.encode("utf-8", "ignore")[: MAX_CHARACTERS_PER_TOKEN - 2]
+            character_ids = [PADDING_CHARACTER] * MAX_CHARACTERS_PER_TOKEN
+            character_ids[0] = BEGINNING_OF_WORD_CHARACTER
+            character_ids[1 : len(word_bytes) + 1] = word_bytes
+            character_ids[len(word_bytes) + 1] = END_OF_WORD_CHARACTER
+        return [character_id + 1 for character_id in character_ids]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(self, other.__class__):
+            return self.__dict__ == other.__dict__
+        return NotImplemented
+
+
+def batch_to_ids(batch: List[List[str]]) -> torch.Tensor:
+    """
+    Converts a batch of tokenized sentences to a `(batch_size, max_sentence_length, 50)`
+    LongTensor of character ids for `Elmo` / `ElmoBiLm`; padded token positions are all 0.
+    An empty batch gives shape `(0, 0, 50)`.
+    """
+    mapper = ElmoCharacterMapper()
+    max_length = max((len(sentence) for sentence in batch), default=0)
+    character_ids = torch.zeros(len(batch), max_length, MAX_CHARACTERS_PER_TOKEN, dtype=torch.long)
+    for row, sentence in enumerate(batch):
+        if sentence:
+            character_ids[row, : len(sentence)] = torch.tensor(
+                [mapper.convert_word_to_char_ids(token) for token in sentence], dtype=torch.long
+            )
+    return character_ids

@@ -1,0 +1,99 @@
+"""
+ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
+highway layers and a linear projection to the LSTM input size.
+"""
+from typing import Dict
+
+import torch
+from allennlp.modules.highway import Highway
+from allennlp.nn.util import add_sentence_boundary_token_ids
+
+from elmo_plugin.data.character_mapper import ElmoCharacterMapper
+from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
+
+_ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
+
+
+class ElmoCharacterEncoder(torch.nn.Module):
+    """
+    Computes a context-free representation of every token from its character ids, after adding
+    the `<S>` and `</S>` boundary tokens. Parameters start uninitialised-random; `ElmoBiLm`
+    loads them from a weight file.
+
+    # Parameters
+
+    options : `ElmoOptions`
+        The biLM architecture.
+    requires_grad : `bool`, optional (default = `False`)
+        Whether the parameters are trained.
+    """
+
+    def __init__(self, options: ElmoOptions, requires_grad: bool = False) -> None:
+        super().__init__()
+        self.options = options
+        self._activation = _ACTIVATIONS[options.activation]
+        self._char_embedding_weights = torch.nn.Parameter(
+            torch.empty(NUM_CHARACTERS_IN_FILE + 1, options.char_embedding_dim).normal_()
+        )
+        self._convolutions = []
+        for i, (width, num) in enumerate(options.filters):
+            convolution = torch.nn.Conv1d(options.char_embedding_dim, num, kernel_size=width)
+            self.add_module(f"char_conv_{i}", convolution)
+            self._convolutions.append(convolution)
+        # bilm-tf's highway transform is always relu, whatever the CNN activation.
+        self._highways = Highway(
+            options.n_filters, options.n_highway, activation=torch.nn.functional.relu
+        )
+        self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
+        for parameter in self.parameters():
+            parameter.requires_grad = requires_grad
+        self.register_buffer(
+            "_beginning_of_sentence_characters",
+            torch.tensor(ElmoCharacterMapper.beginning_of_sentence_characters) + 1,
+            persistent=False,
+        )
+        self.register_buffer(
+            "_end_of_sentence_characters",
+            torch.tensor(ElmoCharacterMapper.end_of_sentence_characters) + 1,
+            persistent=False,
+        )
+
+    def get_output_dim(self) -> int:
+        return self.options.projection_dim
+
+    def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`
+            Character ids of shape `(batch_size, timesteps, 50)`; padded tokens are all 0.
+
+        # Returns
+
+        `{"mask": (batch_size, timesteps + 2) bool, "token_embedding":
+        (batch_size, timesteps + 2, projection_dim)}`, with `<S>` and `</S>` added.
+        """
+        mask = (inputs > 0).sum(dim=-1) > 0
+        character_ids_with_bos_eos, mask_with_bos_eos = add_sentence_boundary_token_ids(
+            inputs, mask, self._beginning_of_sentence_characters, self._end_of_sentence_characters
+        )
+        batch_size, sequence_length, characters_per_token = character_ids_with_bos_eos.size()
+        token_embedding = self.embed_tokens(
+            character_ids_with_bos_eos.view(-1, characters_per_token)
+        )
+        return {
+            "mask": mask_with_bos_eos,
+            "token_embedding": token_embedding.view(batch_size, sequence_length, -1),
+        }
+
+    def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
+        """Maps `(num_tokens, 50)` character ids to `(num_tokens, projection_dim)`."""
+        # (num_tokens, char_dim, 50): Conv1d wants channels before positions.
+        characters = torch.nn.functional.embedding(
+            character_ids, self._char_embedding_weights
+        ).transpose(1, 2)
+        pooled = []
+        for convolution in self._convolutions:
+            convolved, _ = torch.max(convolution(characters), dim=-1)
+            pooled.append(self._activation(convolved))
+        return self._projection(self._highways(torch.cat(pooled, dim=-1)))

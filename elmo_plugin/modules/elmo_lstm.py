@@ -1,0 +1,246 @@
+"""
+ELMo's LSTM stack: separate forward and backward stacks of LSTM cells with a projected output,
+cell and projection clipping, optional residual connections between layers.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from allennlp.nn.initializers import block_orthogonal
+from allennlp.nn.util import get_dropout_mask
+
+LstmState = Tuple[torch.Tensor, torch.Tensor]
+
+
+class LstmCellWithProjection(torch.nn.Module):
+    """
+    One direction of one layer: an LSTM whose output `h` is a projection of
+    `o * tanh(c)` to `hidden_size`, with optional clipping of `c` and `h`.
+
+    Unlike a naive loop over timesteps, the input-to-gate product is computed for every
+    timestep in one matrix product before the recurrence (it does not depend on the state);
+    the sum per gate is the same as AllenNLP's, so results agree to float rounding.
+
+    # Parameters
+
+    input_size : `int`
+        Size of the input at each timestep.
+    hidden_size : `int`
+        Size of the projected output (and recurrent state `h`).
+    cell_size : `int`
+        Size of the memory cell `c`.
+    go_forward : `bool`, optional (default = `True`)
+        Direction of the recurrence.
+    recurrent_dropout_probability : `float`, optional (default = `0.0`)
+        Variational dropout on `h` (one mask per sequence), only in training mode.
+    memory_cell_clip_value : `Optional[float]`, optional (default = `None`)
+        Clip `c` to `[-value, value]`.
+    state_projection_clip_value : `Optional[float]`, optional (default = `None`)
+        Clip `h` to `[-value, value]`.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        cell_size: int,
+        go_forward: bool = True,
+        recurrent_dropout_probability: float = 0.0,
+        memory_cell_clip_value: Optional[float] = None,
+        state_projection_clip_value: Optional[float] = None,
+    ) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.cell_size = cell_size
+        self.go_forward = go_forward
+        self.recurrent_dropout_probability = recurrent_dropout_probability
+        self.memory_cell_clip_value = memory_cell_clip_value
+        self.state_projection_clip_value = state_projection_clip_value
+        # Parameter names are AllenNLP's, so that its model archives load into this module.
+        self.input_linearity = torch.nn.Linear(input_size, 4 * cell_size, bias=False)
+        self.state_linearity = torch.nn.Linear(hidden_size, 4 * cell_size, bias=True)
+        self.state_projection = torch.nn.Linear(cell_size, hidden_size, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        block_orthogonal(self.input_linearity.weight.data, [self.cell_size, self.input_size])
+        block_orthogonal(self.state_linearity.weight.data, [self.cell_size, self.hidden_size])
+        self.state_linearity.bias.data.fill_(0.0)
+        # Gate order is (input, forget, memory, output); a forget bias of 1 as in TF's LSTMCell.
+        self.state_linearity.bias.data[self.cell_size : 2 * self.cell_size].fill_(1.0)
+
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState
+    ) -> Tuple[torch.Tensor, LstmState]:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`
+            `(batch_size, timesteps, input_size)`.
+        mask : `torch.BoolTensor`
+            `(batch_size, timesteps)`, True for real tokens; each row's True entries must be a
+            prefix of the row.
+        initial_state : `LstmState`
+            `(h, c)` of shapes `(batch_size, hidden_size)` and `(batch_size, cell_size)`.
+
+        # Returns
+
+        The outputs `(batch_size, timesteps, hidden_size)`, zero at padded positions, and the
+        final `(h, c)`: the state after each row's last real token (forward) or first one
+        (backward). Rows keep their initial state through padding, so the backward direction
+        starts every row at its own last token.
+        """
+        timesteps = inputs.size(1)
+        cell_size = self.cell_size
+        projected_inputs = self.input_linearity(inputs)
+        state, memory = initial_state
+        dropout_mask = None
+        if self.recurrent_dropout_probability > 0.0 and self.training:
+            dropout_mask = get_dropout_mask(self.recurrent_dropout_probability, state)
+        step_mask = mask.unsqueeze(-1)
+        outputs: List[torch.Tensor] = [inputs.new_empty(0)] * timesteps
+        for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
+            gates = projected_inputs[:, index] + self.state_linearity(state)
+            input_gate = torch.sigmoid(gates[:, :cell_size])
+            forget_gate = torch.sigmoid(gates[:, cell_size : 2 * cell_size])
+            memory_init = torch.tanh(gates[:, 2 * cell_size : 3 * cell_size])
+            output_gate = torch.sigmoid(gates[:, 3 * cell_size :])
+            new_memory = input_gate * memory_init + forget_gate * memory
+            if self.memory_cell_clip_value:
+                new_memory = torch.clamp(
+                    new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
+                )
+            new_state = self.state_projection(output_gate * torch.tanh(new_memory))
+            if self.state_projection_clip_value:
+                new_state = torch.clamp(
+                    new_state, -self.state_projection_clip_value, self.state_projection_clip_value
+                )
+            if dropout_mask is not None:
+                new_state = new_state * dropout_mask
+            is_token = step_mask[:, index]
+            memory = torch.where(is_token, new_memory, memory)
+            state = torch.where(is_token, new_state, state)
+            outputs[index] = new_state * is_token
+        return torch.stack(outputs, dim=1), (state, memory)
+
+
+class ElmoLstm(torch.nn.Module):
+    """
+    The biLM's contextual layers: `num_layers` forward cells and `num_layers` backward cells.
+    The directions never see each other's outputs; layer `l > 0` of a direction reads that
+    direction's layer `l - 1` (plus a residual connection if `use_skip_connections`).
+
+    This module holds no state between calls; `ElmoBiLm` decides what state a batch starts
+    from (carried over from the previous batch, or a fixed one).
+
+    # Parameters
+
+    input_size : `int`
+        Size of the token representations.
+    hidden_size : `int`
+        Output size of each cell (the biLM's projection size).
+    cell_size : `int`
+        Memory cell size.
+    num_layers : `int`
+        Layers per direction.
+    requires_grad : `bool`, optional (default = `False`)
+        Whether the parameters are trained.
+    recurrent_dropout_probability : `float`, optional (default = `0.0`)
+        See `LstmCellWithProjection`.
+    memory_cell_clip_value : `Optional[float]`, optional (default = `None`)
+        See `LstmCellWithProjection`.
+    state_projection_clip_value : `Optional[float]`, optional (default = `None`)
+        See `LstmCellWithProjection`.
+    use_skip_connections : `bool`, optional (default = `True`)
+        Add each layer's input to its output for layers above the first.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        cell_size: int,
+        num_layers: int,
+        requires_grad: bool = False,
+        recurrent_dropout_probability: float = 0.0,
+        memory_cell_clip_value: Optional[float] = None,
+        state_projection_clip_value: Optional[float] = None,
+        use_skip_connections: bool = True,
+    ) -> None:
+        super().__init__()
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.cell_size = cell_size
+        self.num_layers = num_layers
+        self.use_skip_connections = use_skip_connections
+        self.forward_layers: List[LstmCellWithProjection] = []
+        self.backward_layers: List[LstmCellWithProjection] = []
+        layer_input_size = input_size
+        for layer_index in range(num_layers):
+            for go_forward, layers in ((True, self.forward_layers), (False, self.backward_layers)):
+                cell = LstmCellWithProjection(
+                    layer_input_size,
+                    hidden_size,
+                    cell_size,
+                    go_forward,
+                    recurrent_dropout_probability,
+                    memory_cell_clip_value,
+                    state_projection_clip_value,
+                )
+                direction = "forward" if go_forward else "backward"
+                self.add_module(f"{direction}_layer_{layer_index}", cell)
+                layers.append(cell)
+            layer_input_size = hidden_size
+        for parameter in self.parameters():
+            parameter.requires_grad = requires_grad
+
+    def zero_state(self, batch_size: int, reference: torch.Tensor) -> LstmState:
+        """An all-zero state of the shape `forward` takes, on `reference`'s device and dtype."""
+        return (
+            reference.new_zeros(self.num_layers, batch_size, 2 * self.hidden_size),
+            reference.new_zeros(self.num_layers, batch_size, 2 * self.cell_size),
+        )
+
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState
+    ) -> Tuple[torch.Tensor, LstmState]:
+        """
+        # Parameters
+
+        inputs : `torch.Tensor`
+            `(batch_size, timesteps, input_size)`.
+        mask : `torch.BoolTensor`
+            `(batch_size, timesteps)`, a prefix of True per row.
+        initial_state : `LstmState`
+            `(h, c)` of shapes `(num_layers, batch_size, 2 * hidden_size)` and
+            `(num_layers, batch_size, 2 * cell_size)`, forward half first (AllenNLP's layout).
+
+        # Returns
+
+        Outputs `(num_layers, batch_size, timesteps, 2 * hidden_size)` (forward half first, zero
+        at padded positions) and the final state in the layout of `initial_state`.
+        """
+        initial_states, initial_memories = initial_state
+        forward_input = backward_input = inputs
+        layer_outputs = []
+        final_states = []
+        final_memories = []
+        for layer_index, (forward_cell, backward_cell) in enumerate(
+            zip(self.forward_layers, self.backward_layers)
+        ):
+            forward_h, backward_h = initial_states[layer_index].split(self.hidden_size, -1)
+            forward_c, backward_c = initial_memories[layer_index].split(self.cell_size, -1)
+            forward_output, (forward_h, forward_c) = forward_cell(
+                forward_input, mask, (forward_h, forward_c)
+            )
+            backward_output, (backward_h, backward_c) = backward_cell(
+                backward_input, mask, (backward_h, backward_c)
+            )
+            if layer_index > 0 and self.use_skip_connections:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            layer_outputs.append(torch.cat([forward_output, backward_output], -1))
+            final_states.append(torch.cat([forward_h, backward_h], -1))
+            final_memories.append(torch.cat([forward_c, backward_c], -1))
+            forward_input, backward_input = forward_output, backward_output
+        return torch.stack(layer_outputs), (torch.stack(final_states), torch.stack(final_memories))

@@ -1,0 +1,121 @@
+"""
+The `elmo_token_embedder`: ELMo as a `TokenEmbedder` inside any AllenNLP model.
+"""
+from typing import List, Optional
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data.vocabulary import Vocabulary
+from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
+from overrides import overrides
+
+from elmo_plugin.modules.elmo import Elmo
+
+PUBLISHED_ORIGINAL_ELMO = (
+    "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
+    "elmo_2x4096_512_2048cnn_2xhighway"
+)
+
+
+@TokenEmbedder.register("elmo_token_embedder", exist_ok=True)
+class ElmoTokenEmbedder(TokenEmbedder):
+    """
+    One ELMo representation per token (a single scalar mix of the biLM layers), optionally
+    projected. Reads the `elmo_tokens` (and, with `namespace_to_cache`, `word_inputs`)
+    produced by the `elmo_characters` indexer.
+
+    # Parameters
+
+    options_file : `str`, optional
+        Path or URL of the biLM options; defaults to the published original ELMo.
+    weight_file : `str`, optional
+        Path or URL of the biLM weights; defaults to the published original ELMo.
+    do_layer_norm : `bool`, optional (default = `False`)
+        Layer-normalise the biLM layers before mixing.
+    dropout : `float`, optional (default = `0.5`)
+        Dropout on the ELMo representation.
+    requires_grad : `bool`, optional (default = `False`)
+        Fine-tune the biLM.
+    projection_dim : `int`, optional (default = `None`)
+        If given, a linear projection of the representation to this size.
+    vocab_to_cache : `List[str]`, optional (default = `None`)
+        Words whose char-CNN vectors are precomputed (word ids then index this list).
+    scalar_mix_parameters : `List[float]`, optional (default = `None`)
+        Fixed, untrained mixing weights (pre-softmax), one per biLM layer.
+    namespace_to_cache : `str`, optional (default = `None`)
+        Cache the words of this vocabulary namespace (AllenNLP 0.9's option); use with the
+        `elmo_characters` indexer's `cache_namespace`. Excludes `vocab_to_cache`.
+    vocab : `Vocabulary`, optional
+        Supplied by AllenNLP; needed for `namespace_to_cache`.
+    stateful : `bool`, optional (default = `True`)
+        Carry biLM state across batches (AllenNLP's behaviour) or not; see `ElmoBiLm`.
+    """
+
+    def __init__(
+        self,
+        options_file: str = PUBLISHED_ORIGINAL_ELMO + "_options.json",
+        weight_file: str = PUBLISHED_ORIGINAL_ELMO + "_weights.hdf5",
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        requires_grad: bool = False,
+        projection_dim: Optional[int] = None,
+        vocab_to_cache: Optional[List[str]] = None,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        namespace_to_cache: Optional[str] = None,
+        vocab: Optional[Vocabulary] = None,
+        stateful: bool = True,
+    ) -> None:
+        super().__init__()
+        if namespace_to_cache is not None:
+            if vocab_to_cache is not None:
+                raise ConfigurationError(
+                    "elmo_token_embedder: give vocab_to_cache or namespace_to_cache, not both"
+                )
+            if vocab is None:
+                raise ConfigurationError(
+                    "elmo_token_embedder: namespace_to_cache needs a vocabulary"
+                )
+            vocab_to_cache = [
+                vocab.get_token_from_index(index, namespace_to_cache)
+                for index in range(vocab.get_vocab_size(namespace_to_cache))
+            ]
+        self._elmo = Elmo(
+            options_file,
+            weight_file,
+            1,
+            do_layer_norm=do_layer_norm,
+            dropout=dropout,
+            requires_grad=requires_grad,
+            vocab_to_cache=vocab_to_cache,
+            scalar_mix_parameters=scalar_mix_parameters,
+            stateful=stateful,
+        )
+        self._projection: Optional[torch.nn.Linear] = None
+        self.output_dim = self._elmo.get_output_dim()
+        if projection_dim:
+            self._projection = torch.nn.Linear(self.output_dim, projection_dim)
+            self.output_dim = projection_dim
+
+    @overrides
+    def get_output_dim(self) -> int:
+        return self.output_dim
+
+    def forward(
+        self, elmo_tokens: torch.Tensor, word_inputs: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """
+        # Parameters
+
+        elmo_tokens : `torch.Tensor`
+            Character ids `(batch_size, timesteps, 50)` (or more leading dimensions).
+        word_inputs : `torch.Tensor`, optional
+            Word ids `(batch_size, timesteps)` for a cached vocabulary.
+
+        # Returns
+
+        `(batch_size, timesteps, output_dim)`.
+        """
+        representation = self._elmo(elmo_tokens, word_inputs)["elmo_representations"][0]
+        if self._projection is not None:
+            representation = self._projection(representation)
+        return representation

@@ -1,0 +1,1 @@
+from elmo_plugin.weights.options import ElmoOptions

@@ -1,0 +1,52 @@
+"""
+Turns the path or URL of an ELMo file into a local path, failing fast and clearly.
+
+`cached_path` retries an unreachable host with back-off for about 35 seconds and then raises
+a bare `ConnectionError`; a user who mistyped a URL or is offline deserves a one-line answer
+in a few seconds, and an offline user with a cached copy should simply get that copy.
+"""
+import logging
+import os
+from urllib.parse import urlparse
+
+import requests
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import CACHE_DIRECTORY, cached_path
+from cached_path import find_latest_cached
+
+logger = logging.getLogger(__name__)
+
+# (connect, read) seconds for the reachability probe of an http(s) URL.
+_PROBE_TIMEOUT = (5.0, 30.0)
+
+
+def resolve_elmo_file(path_or_url: str, description: str) -> str:
+    """
+    Returns a local path for `path_or_url` (downloading and caching URLs with `cached_path`).
+
+    # Parameters
+
+    path_or_url : `str`
+        A local path, or any URL `cached_path` understands.
+    description : `str`
+        What the file is ("ELMo options file", "ELMo weight file"), used in error messages.
+    """
+    path_or_url = os.fspath(path_or_url)
+    scheme = urlparse(path_or_url).scheme
+    if scheme in ("http", "https"):
+        try:
+            requests.head(path_or_url, timeout=_PROBE_TIMEOUT, allow_redirects=True)
+        except requests.RequestException as error:
+            cached = find_latest_cached(path_or_url, CACHE_DIRECTORY)
+            if cached is not None:
+                logger.warning(
+                    "Cannot reach %s (%s); using the cached copy %s", path_or_url, error, cached
+                )
+                return str(cached)
+            raise ConfigurationError(
+                f"Cannot download the {description} {path_or_url}: {error}. Check the URL or "
+                f"download the file yourself and pass its local path."
+            ) from error
+    elif scheme in ("", "file") and not os.path.exists(path_or_url.replace("file://", "", 1)):
+        raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
+    return str(cached_path(path_or_url))

@@ -1,0 +1,248 @@
+"""
+The biLM options JSON (the `options.json` published next to every ELMo weight file).
+
+bilm-tf wrote these files; they describe the architecture, and the HDF5 weight file has no
+meaning without them. This module is the one place that reads and writes them.
+"""
+import json
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import cached_path
+
+# ELMo's character vocabulary is fixed: 256 UTF-8 byte values and 5 special characters
+# (see `elmo_plugin.data.character_mapper`). bilm-tf writes 261 or 262 in the options
+# (262 counts the padding id that the PyTorch side prepends); both mean the same table.
+NUM_CHARACTERS_IN_FILE = 261
+_ACCEPTED_N_CHARACTERS = (261, 262)
+_ACTIVATIONS = ("relu", "tanh")
+# Keys this class models; everything else in the file is carried along in `extra`.
+_KNOWN_KEYS = {
+    "char_cnn": {"embedding", "filters", "n_highway", "activation", "max_characters_per_token",
+                 "n_characters"},
+    "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
+             "use_skip_connections"},
+}
+
+
+@dataclass
+class ElmoOptions:
+    """
+    The architecture of a character-input ELMo biLM, with the meaning of bilm-tf's options JSON.
+
+    # Parameters
+
+    char_embedding_dim : `int`
+        `char_cnn.embedding.dim`: size of each character embedding.
+    filters : `List[Tuple[int, int]]`
+        `char_cnn.filters`: `(width, number of filters)` per convolution.
+    n_highway : `int`
+        `char_cnn.n_highway`: highway layers after the convolutions.
+    activation : `str`
+        `char_cnn.activation`: `"relu"` or `"tanh"`, applied after max-pooling.
+    max_characters_per_token : `int`
+        `char_cnn.max_characters_per_token`: 50 in every published model.
+    n_characters : `int`
+        `char_cnn.n_characters`: 261 or 262 (the same 261-row table).
+    cell_dim : `int`
+        `lstm.dim`: size of the LSTM memory cell.
+    projection_dim : `int`
+        `lstm.projection_dim`: size of the LSTM output and of the token representation.
+    n_layers : `int`
+        `lstm.n_layers`: LSTM layers per direction.
+    cell_clip : `Optional[float]`
+        `lstm.cell_clip`: clip value of the memory cell; absent or 0 means no clipping.
+    proj_clip : `Optional[float]`
+        `lstm.proj_clip`: clip value of the projected output; absent or 0 means no clipping.
+    use_skip_connections : `bool`
+        `lstm.use_skip_connections`: residual connections between LSTM layers.
+    extra : `Dict[str, Any]`
+        Every other key of the file (training settings such as `n_epochs`), kept so that
+        `to_json` writes back what was read.
+    """
+
+    char_embedding_dim: int
+    filters: List[Tuple[int, int]]
+    n_highway: int
+    activation: str
+    max_characters_per_token: int
+    n_characters: int
+    cell_dim: int
+    projection_dim: int
+    n_layers: int
+    cell_clip: Optional[float] = None
+    proj_clip: Optional[float] = None
+    use_skip_connections: bool = True
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_filters(self) -> int:
+        return sum(num for _, num in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """Size of one biLM layer's output: forward and backward halves."""
+        return 2 * self.projection_dim
+
+    @classmethod
+    def from_file(cls, options_file: str) -> "ElmoOptions":
+        """Reads an options JSON from a path or URL (through `cached_path`)."""
+        local_path = cached_path(options_file)
+        try:
+            with open(local_path, "r", encoding="utf-8") as options_handle:
+                raw = json.load(options_handle)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ConfigurationError(
+                f"ELMo options file {options_file} is not valid JSON: {error}"
+            ) from error
+        return cls.from_dict(raw, source=str(options_file))
+
+    @classmethod
+    def from_dict(cls, raw: Dict[str, Any], source: str = "<dict>") -> "ElmoOptions":
+        """Validates a parsed options JSON; errors name `source` and the offending key."""
+        reader = _KeyReader(raw, source)
+        filters_raw = reader.get("char_cnn.filters", list)
+        filters: List[Tuple[int, int]] = []
+        for position, pair in enumerate(filters_raw):
+            if (
+                not isinstance(pair, (list, tuple))
+                or len(pair) != 2
+                or not all(isinstance(v, int) and v > 0 for v in pair)
+            ):
+                raise ConfigurationError(
+                    f"ELMo options file {source}: char_cnn.filters[{position}] must be "
+                    f"[width, number_of_filters] with positive integers, got {pair!r}"
+                )
+            filters.append((pair[0], pair[1]))
+        if not filters:
+            raise ConfigurationError(
+                f"ELMo options file {source}: char_cnn.filters must list at least one filter"
+            )
+        activation = reader.get("char_cnn.activation", str)
+        if activation not in _ACTIVATIONS:
+            raise ConfigurationError(
+                f"ELMo options file {source}: char_cnn.activation must be one of "
+                f"{_ACTIVATIONS}, got {activation!r}"
+            )
+        n_characters = reader.get("char_cnn.n_characters", int)
+        if n_characters not in _ACCEPTED_N_CHARACTERS:
+            raise ConfigurationError(
+                f"ELMo options file {source}: char_cnn.n_characters must be 261 or 262 "
+                f"(ELMo's fixed byte-level character set), got {n_characters}"
+            )
+        extra: Dict[str, Any] = {}
+        for section, value in raw.items():
+            if section in _KNOWN_KEYS and isinstance(value, dict):
+                rest = {k: v for k, v in value.items() if k not in _KNOWN_KEYS[section]}
+                if rest:
+                    extra[section] = rest
+            else:
+                extra[section] = value
+        return cls(
+            char_embedding_dim=reader.get("char_cnn.embedding.dim", int),
+            filters=filters,
+            n_highway=reader.get("char_cnn.n_highway", int, minimum=0),
+            activation=activation,
+            max_characters_per_token=reader.get("char_cnn.max_characters_per_token", int),
+            n_characters=n_characters,
+            cell_dim=reader.get("lstm.dim", int),
+            projection_dim=reader.get("lstm.projection_dim", int),
+            n_layers=reader.get("lstm.n_layers", int),
+            cell_clip=reader.get_optional_clip("lstm.cell_clip"),
+            proj_clip=reader.get_optional_clip("lstm.proj_clip"),
+            use_skip_connections=reader.get_flag("lstm.use_skip_connections"),
+            extra=extra,
+        )
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The options JSON content, in bilm-tf's layout, with the extra keys merged back."""
+        char_cnn = {
+            "embedding": {"dim": self.char_embedding_dim},
+            "filters": [list(pair) for pair in self.filters],
+            "n_highway": self.n_highway,
+            "activation": self.activation,
+            "max_characters_per_token": self.max_characters_per_token,
+            "n_characters": self.n_characters,
+        }
+        lstm: Dict[str, Any] = {
+            "dim": self.cell_dim,
+            "projection_dim": self.projection_dim,
+            "n_layers": self.n_layers,
+            "use_skip_connections": self.use_skip_connections,
+        }
+        if self.cell_clip is not None:
+            lstm["cell_clip"] = self.cell_clip
+        if self.proj_clip is not None:
+            lstm["proj_clip"] = self.proj_clip
+        result: Dict[str, Any] = {}
+        for section, value in self.extra.items():
+            result[section] = dict(value) if isinstance(value, dict) else value
+        result.setdefault("char_cnn", {}).update(char_cnn)
+        result.setdefault("lstm", {}).update(lstm)
+        return result
+
+    def to_file(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as options_handle:
+            json.dump(self.to_dict(), options_handle, indent=2)
+
+
+class _KeyReader:
+    """Reads dotted keys from the raw JSON and names the file and key in every error."""
+
+    def __init__(self, raw: Any, source: str) -> None:
+        if not isinstance(raw, dict):
+            raise ConfigurationError(
+                f"ELMo options file {source} must hold a JSON object, got {type(raw).__name__}"
+            )
+        self._raw = raw
+        self._source = source
+
+    def _lookup(self, dotted_key: str) -> Tuple[bool, Any]:
+        node: Any = self._raw
+        for part in dotted_key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return False, None
+            node = node[part]
+        return True, node
+
+    def get(self, dotted_key: str, expected_type: type, minimum: int = 1) -> Any:
+        found, value = self._lookup(dotted_key)
+        if not found:
+            raise ConfigurationError(
+                f"ELMo options file {self._source} is missing the key '{dotted_key}'"
+            )
+        if expected_type is int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ConfigurationError(
+                    f"ELMo options file {self._source}: '{dotted_key}' must be an integer "
+                    f">= {minimum}, got {value!r}"
+                )
+        elif not isinstance(value, expected_type):
+            raise ConfigurationError(
+                f"ELMo options file {self._source}: '{dotted_key}' must be a "
+                f"{expected_type.__name__}, got {value!r}"
+            )
+        return value
+
+    def get_flag(self, dotted_key: str) -> bool:
+        # bilm-tf reads this flag with dict.get: absent means False.
+        found, value = self._lookup(dotted_key)
+        if found and not isinstance(value, bool):
+            raise ConfigurationError(
+                f"ELMo options file {self._source}: '{dotted_key}' must be true or false, "
+                f"got {value!r}"
+            )
+        return bool(found and value)
+
+    def get_optional_clip(self, dotted_key: str) -> Optional[float]:
+        found, value = self._lookup(dotted_key)
+        if not found or value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigurationError(
+                f"ELMo options file {self._source}: '{dotted_key}' must be a non-negative "
+                f"number, got {value!r}"
+            )
+        # bilm-tf and AllenNLP both treat a clip value of 0 as "no clipping".
+        return float(value) if value else None

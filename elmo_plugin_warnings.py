@@ -1,0 +1,17 @@
+"""
+Silences warnings that the pinned AllenNLP stack prints on every start and that are known to
+be harmless. This is the only place that filters warnings; each filter says why it is safe.
+
+It must run before `allennlp` imports its dependencies, which happens before any plugin is
+loaded, so `make install` adds a one-line `elmo_plugin_warnings.pth` to the environment's
+site-packages (Python runs `.pth` import lines at start-up); `import elmo_plugin` also
+installs the filters, for environments without that file.
+"""
+import warnings
+
+# torchvision 0.15.2 is the last release AllenNLP 2.10 accepts; only `import torchvision` is
+# needed (by allennlp.data.image_loader), and its C image extension, built for torch 2.0, cannot
+# load on torch 2.13. AllenNLP's image loading is never used by ELMo.
+warnings.filterwarnings(
+    "ignore", message="Failed to load image Python extension", category=UserWarning
+)
