@@ -1,0 +1,28 @@
+# make test: create .venv if missing, install the pinned stack, run the tests.
+# A GPU user picks their torch build, e.g.
+#   make test TORCH_SPEC=torch==2.13.0 TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cu126"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: install test
+
+install: $(INSTALLED)
+
+$(INSTALLED): requirements.txt setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' requirements.txt)
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
+	@# A complete pinned set: --no-deps keeps allennlp's stale torch<1.13 pin out of the way.
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	@# Run elmo_plugin_warnings at interpreter start-up (see that module for why).
+	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'elmo_plugin_warnings.pth').write_text('import elmo_plugin_warnings\n')"
+	@touch $@
+
+test: install
+	$(BIN)/python -m pytest tests $(PYTEST_ARGS)

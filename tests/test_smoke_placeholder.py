@@ -1,0 +1,2 @@
+def test_import():
+    import elmo_plugin  # noqa: F401
