@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from allennlp.common.checks import ConfigurationError
-from allennlp.common.file_utils import cached_path
+
+from elmo_plugin.weights.files import resolve_elmo_file
 
 # ELMo's character vocabulary is fixed: 256 UTF-8 byte values and 5 special characters
 # (see `elmo_plugin.data.character_mapper`). bilm-tf writes 261 or 262 in the options
@@ -88,7 +89,7 @@ class ElmoOptions:
     @classmethod
     def from_file(cls, options_file: str) -> "ElmoOptions":
         """Reads an options JSON from a path or URL (through `cached_path`)."""
-        local_path = cached_path(options_file)
+        local_path = resolve_elmo_file(options_file, "ELMo options file")
         try:
             with open(local_path, "r", encoding="utf-8") as options_handle:
                 raw = json.load(options_handle)

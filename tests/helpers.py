@@ -1,0 +1,45 @@
+"""Paths and architectures shared by the tests."""
+import copy
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+from elmo_plugin.weights.random_weights import SMALL_OPTIONS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# shared/ lies beside the repository (read-only fixtures from the original ELMo code).
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+ELMO_FIXTURES = SHARED_FIXTURES / "elmo"
+ELMO_OPTIONS_FILE = str(ELMO_FIXTURES / "options.json")
+ELMO_WEIGHT_FILE = str(ELMO_FIXTURES / "lm_weights.hdf5")
+TEST_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_options() -> Dict[str, Any]:
+    with open(ELMO_OPTIONS_FILE) as options_handle:
+        return json.load(options_handle)
+
+
+def tanh_three_layer_options() -> Dict[str, Any]:
+    """tanh char CNN, one highway layer, three LSTM layers (different from every published one)."""
+    options = fixture_options()
+    options["char_cnn"]["activation"] = "tanh"
+    options["char_cnn"]["n_highway"] = 1
+    options["lstm"]["n_layers"] = 3
+    return options
+
+
+# The architectures every oracle test runs on.
+ORACLE_ARCHITECTURES = {
+    "fixture": fixture_options,
+    "published_small": lambda: copy.deepcopy(SMALL_OPTIONS),
+    "tanh_3_layers": tanh_three_layer_options,
+}
+
+# Three consecutive batches of different sizes and lengths (the carried state is resized:
+# 3 rows, then 5, then 2), with hostile tokens and an empty sentence.
+CARRIED_STATE_BATCHES = [
+    [["The", "cat", "sat", "."], ["A", "dog"], ["über", "naïve", "東京", "x" * 60]],
+    [["one"], [], ["a", "b", "c", "d", "e", "f", "g"], ["hello", "world"], ["z"]],
+    [["last", "batch", "here", "now", "ok"], ["x"]],
+]
