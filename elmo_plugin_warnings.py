@@ -15,3 +15,13 @@ import warnings
 warnings.filterwarnings(
     "ignore", message="Failed to load image Python extension", category=UserWarning
 )
+
+# allennlp-models loads py-rouge, which imports pkg_resources for a data file; setuptools 80
+# (pinned because it still has pkg_resources) warns that the API is deprecated.
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+
+# AllenNLP 2.10's trainer calls torch.cuda.amp.autocast(enabled=False) around every batch even
+# on CPU; torch 2.x deprecated that spelling for torch.amp.autocast("cuda"). Same behaviour.
+warnings.filterwarnings(
+    "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", category=FutureWarning
+)
