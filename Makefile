@@ -15,7 +15,7 @@ install: $(INSTALLED)
 
 $(INSTALLED): requirements.txt setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' requirements.txt)
+	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' requirements.txt | cut -d' ' -f1)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
 	@# A complete pinned set: --no-deps keeps allennlp's stale torch<1.13 pin out of the way.
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -r requirements.txt
