@@ -13,12 +13,15 @@ import allennlp.modules.token_embedders  # noqa: F401,E402
 
 from elmo_plugin.data import ElmoCharacterMapper, ElmoTokenCharactersIndexer, batch_to_ids  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
+from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
+from elmo_plugin.commands import ElmoCommand  # noqa: E402,F401  (registers `allennlp elmo`)
 from elmo_plugin.weights import ElmoOptions  # noqa: E402
 
 __all__ = [
     "Elmo",
     "ElmoBiLm",
     "ElmoCharacterMapper",
+    "ElmoEmbedder",
     "ElmoOptions",
     "ElmoTokenCharactersIndexer",
     "ElmoTokenEmbedder",

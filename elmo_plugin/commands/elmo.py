@@ -1,0 +1,93 @@
+"""
+`allennlp elmo`: embed a text file with a biLM into HDF5 (AllenNLP 0.9's command, back).
+
+    allennlp elmo sentences.txt out.hdf5 --all --options-file options.json --weight-file weights.hdf5
+"""
+import argparse
+import logging
+
+from allennlp.commands.subcommand import Subcommand
+from allennlp.common import logging as common_logging
+from overrides import overrides
+
+from elmo_plugin.commands.embed_file import DEFAULT_CHUNK_SIZE
+from elmo_plugin.modules.elmo_embedder import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_OPTIONS_FILE,
+    DEFAULT_WEIGHT_FILE,
+    ElmoEmbedder,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@Subcommand.register("elmo", exist_ok=True)
+class ElmoCommand(Subcommand):
+    @overrides
+    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        description = (
+            "Embed a file of whitespace-tokenized sentences (UTF-8, one per line) with a biLM "
+            "and write one HDF5 dataset per line: all layers (3, n_tokens, D), the top layer or "
+            "the layer average (n_tokens, D). Sentences are batched by length and every sentence "
+            "starts from the same LSTM state, so results do not depend on the file order; "
+            "--stateful gives AllenNLP 0.9's carried-state, file-order results instead."
+        )
+        subparser = parser.add_parser(self.name, description=description, help="Embed a file with ELMo.")
+        subparser.add_argument("input_file", type=str, help="the input text file")
+        subparser.add_argument("output_file", type=str, help="the HDF5 file to write")
+        layers = subparser.add_mutually_exclusive_group(required=True)
+        layers.add_argument("--all", action="store_true", help="write all three layers")
+        layers.add_argument("--top", action="store_true", help="write the top layer")
+        layers.add_argument("--average", action="store_true", help="write the average of the layers")
+        subparser.add_argument("--options-file", type=str, default=DEFAULT_OPTIONS_FILE,
+                               help="biLM options JSON (path or URL; default: the original ELMo)")
+        subparser.add_argument("--weight-file", type=str, default=DEFAULT_WEIGHT_FILE,
+                               help="biLM weights HDF5 (path or URL; default: the original ELMo)")
+        subparser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                               help="sentences per batch")
+        subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
+        subparser.add_argument("--forget-sentences", action="store_true",
+                               help="do not write the sentence_to_index dataset")
+        subparser.add_argument("--use-sentence-keys", action="store_true",
+                               help="key datasets by sentence instead of line index")
+        subparser.add_argument("--stateful", action="store_true",
+                               help="carry LSTM state across batches in file order (0.9's results)")
+        subparser.add_argument("--allow-empty-lines", action="store_true",
+                               help="store blank lines as empty entries instead of refusing the file")
+        subparser.add_argument("--resume", action="store_true",
+                               help="continue an interrupted run (OUTPUT.partial)")
+        subparser.add_argument("--overwrite", action="store_true",
+                               help="replace an existing OUTPUT")
+        subparser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
+                               help="lines per chunk: the unit of sorting and of resuming")
+        subparser.add_argument("--file-friendly-logging", action="store_true",
+                               help="progress suited to log files rather than terminals")
+        subparser.set_defaults(func=elmo_command)
+        return subparser
+
+
+def elmo_command(args: argparse.Namespace) -> None:
+    # Read by allennlp's Tqdm: fewer, newline-terminated progress updates.
+    common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
+    output_format = "all" if args.all else "top" if args.top else "average"
+    embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device, stateful=args.stateful)
+    try:
+        embedder.embed_file(
+            args.input_file,
+            args.output_file,
+            output_format=output_format,
+            batch_size=args.batch_size,
+            forget_sentences=args.forget_sentences,
+            use_sentence_keys=args.use_sentence_keys,
+            allow_empty_lines=args.allow_empty_lines,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            chunk_size=args.chunk_size,
+        )
+    except KeyboardInterrupt:
+        logger.error(
+            "Interrupted. Finished chunks are kept in %s.partial; run the same command with "
+            "--resume to continue.",
+            args.output_file,
+        )
+        raise SystemExit(130)

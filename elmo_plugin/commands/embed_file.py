@@ -1,0 +1,412 @@
+"""
+Embedding a text file into HDF5 with the biLM: the engine of `allennlp elmo` and
+`ElmoEmbedder.embed_file`.
+
+Output (AllenNLP 0.9's format): one float32 dataset per input line, keyed by the line's index
+(`"0"`, `"1"`, ...) or by the sentence (`use_sentence_keys`), of shape `(3, n_tokens, D)` for
+`all`, `(n_tokens, D)` for `top` and `average`; plus `sentence_to_index`, a JSON string
+`{sentence: "index"}`, unless `forget_sentences`.
+
+How the work is organised, and why:
+
+- A first pass validates the whole input (UTF-8, blank lines, sentence keys) so that a bad
+  line fails the run before any compute is spent, with its line number.
+- The input is cut into chunks of consecutive lines. In deterministic mode each chunk's lines
+  are sorted by length and batched, so there is almost no padding; results go back to their
+  original keys. In stateful mode (0.9's behaviour) batches are consecutive lines in file
+  order, `batch_size` each, so the carried state is what 0.9 computed.
+- Each finished chunk is written to its own file in `OUTPUT.partial/` and renamed into place
+  when complete, so an interrupt (Ctrl-C, kill, disk full) loses at most the chunk in flight;
+  `resume` skips the chunks on disk (in stateful mode it restores the carried state saved with
+  the last one). At the end the chunks are merged into a temporary file next to OUTPUT, which
+  is renamed to OUTPUT: a file under OUTPUT's name is always complete.
+- Memory is bounded by one chunk, whatever the input size (except `sentence_to_index`, which
+  holds every sentence by definition).
+"""
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+
+import h5py
+import numpy
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.tqdm import Tqdm
+
+if TYPE_CHECKING:
+    from elmo_plugin.modules.elmo_embedder import ElmoEmbedder
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_FORMATS = ("all", "top", "average")
+SENTENCE_TO_INDEX = "sentence_to_index"
+# Lines per chunk: the unit of sorting, of memory, and of what an interrupt can lose.
+DEFAULT_CHUNK_SIZE = 4096
+# In deterministic mode a batch also stops at this many tokens per sentence slot, so that a
+# batch of very long lines does not need batch_size times their memory.
+TOKENS_PER_SENTENCE_SLOT = 50
+_MAX_LINES_IN_MESSAGE = 10
+
+
+@dataclass
+class _RunSettings:
+    """Everything a resumed run must share with the run it continues."""
+
+    input_path: str
+    input_size: int
+    input_sha256: str
+    output_format: str
+    batch_size: int
+    chunk_size: int
+    stateful: bool
+    use_sentence_keys: bool
+    allow_empty_lines: bool
+
+
+@dataclass
+class _InputSummary:
+    num_lines: int
+    num_tokens: int
+    empty_lines: List[int]
+
+
+def embed_file(
+    embedder: "ElmoEmbedder",
+    input_path: str,
+    output_path: str,
+    output_format: str = "all",
+    batch_size: int = 64,
+    forget_sentences: bool = False,
+    use_sentence_keys: bool = False,
+    allow_empty_lines: bool = False,
+    resume: bool = False,
+    overwrite: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> None:
+    """
+    Embeds `input_path` (UTF-8, one whitespace-tokenized sentence per line) into
+    `output_path`. See the module docstring for the format and the guarantees.
+
+    # Parameters
+
+    embedder : `ElmoEmbedder`
+        The biLM; its `stateful` flag selects 0.9's file-order batching.
+    input_path : `str`
+        The text file.
+    output_path : `str`
+        The HDF5 file; it appears only when complete.
+    output_format : `str`, optional (default = `"all"`)
+        `"all"`, `"top"` or `"average"`.
+    batch_size : `int`, optional (default = `64`)
+        Sentences per batch.
+    forget_sentences : `bool`, optional (default = `False`)
+        Do not write `sentence_to_index`.
+    use_sentence_keys : `bool`, optional (default = `False`)
+        Key each dataset by its sentence. A repeated sentence is stored once (in deterministic
+        mode its vectors are identical; in stateful mode the first occurrence is kept).
+    allow_empty_lines : `bool`, optional (default = `False`)
+        Store blank lines as empty `(3, 0, D)` entries instead of refusing the file.
+    resume : `bool`, optional (default = `False`)
+        Continue an interrupted run from `output_path + ".partial"`.
+    overwrite : `bool`, optional (default = `False`)
+        Replace an existing `output_path` (and discard a partial run).
+    chunk_size : `int`, optional (default = `4096`)
+        Lines per chunk (rounded up to a multiple of `batch_size` in stateful mode).
+    """
+    if output_format not in OUTPUT_FORMATS:
+        raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
+    if batch_size < 1:
+        raise ConfigurationError(f"batch_size must be positive, got {batch_size}")
+    stateful = embedder.elmo_bilm.stateful
+    if stateful:
+        chunk_size = -(-chunk_size // batch_size) * batch_size
+    if not os.path.isfile(input_path):
+        raise ConfigurationError(f"Input file {input_path} does not exist")
+    if os.path.exists(output_path) and not overwrite:
+        raise ConfigurationError(
+            f"Output file {output_path} already exists; pass --overwrite to replace it"
+        )
+    partial_dir = output_path + ".partial"
+    if os.path.exists(partial_dir) and not resume:
+        if not overwrite:
+            raise ConfigurationError(
+                f"{partial_dir} holds an interrupted run; pass --resume to continue it or "
+                f"--overwrite to start over"
+            )
+        shutil.rmtree(partial_dir)
+
+    summary = _validate_input(input_path, use_sentence_keys, forget_sentences, allow_empty_lines)
+    settings = _RunSettings(
+        input_path=os.path.abspath(input_path),
+        input_size=os.path.getsize(input_path),
+        input_sha256=_sha256(input_path),
+        output_format=output_format,
+        batch_size=batch_size,
+        chunk_size=chunk_size,
+        stateful=stateful,
+        use_sentence_keys=use_sentence_keys,
+        allow_empty_lines=allow_empty_lines,
+    )
+    done_chunks = _prepare_partial_dir(partial_dir, settings, resume)
+
+    if stateful:
+        embedder.elmo_bilm.reset_states()
+        if done_chunks:
+            _restore_carried_state(embedder, os.path.join(partial_dir, _chunk_name(max(done_chunks))))
+
+    num_chunks = -(-summary.num_lines // chunk_size)
+    progress = Tqdm.tqdm(total=summary.num_lines, unit="sentences", desc="embedding")
+    tokens_done = 0
+    start_time = time.monotonic()
+    for chunk_index, lines in _read_chunks(input_path, chunk_size):
+        if chunk_index in done_chunks:
+            progress.update(len(lines))
+            continue
+        results = _embed_chunk(embedder, lines, batch_size, stateful)
+        _write_chunk(
+            embedder, os.path.join(partial_dir, _chunk_name(chunk_index)), chunk_index * chunk_size,
+            lines, results, output_format,
+        )
+        tokens_done += sum(len(line.split()) for line in lines)
+        progress.update(len(lines))
+        progress.set_postfix(tokens_per_s=f"{tokens_done / max(time.monotonic() - start_time, 1e-9):.0f}")
+    progress.close()
+    _merge(partial_dir, output_path, num_chunks, input_path, use_sentence_keys, forget_sentences)
+    shutil.rmtree(partial_dir)
+    logger.info("Wrote %d sentences (%d tokens) to %s", summary.num_lines, summary.num_tokens, output_path)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _sentence_of(raw_line: bytes) -> str:
+    # split() drops "\r" of "\r\n" line ends and any run of spaces or tabs.
+    return " ".join(raw_line.decode("utf-8").split())
+
+
+def _iterate_lines(input_path: str) -> Iterator[Tuple[int, bytes]]:
+    with open(input_path, "rb") as handle:
+        for index, raw_line in enumerate(handle):
+            yield index, raw_line
+
+
+def _format_lines(line_numbers: List[int]) -> str:
+    shown = ", ".join(str(n + 1) for n in line_numbers[:_MAX_LINES_IN_MESSAGE])
+    more = len(line_numbers) - _MAX_LINES_IN_MESSAGE
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def _validate_input(
+    input_path: str, use_sentence_keys: bool, forget_sentences: bool, allow_empty_lines: bool
+) -> _InputSummary:
+    """One streaming pass: every problem is reported with its (1-based) line number."""
+    empty_lines: List[int] = []
+    bad_keys: List[int] = []
+    num_lines = num_tokens = 0
+    for index, raw_line in _iterate_lines(input_path):
+        try:
+            sentence = _sentence_of(raw_line)
+        except UnicodeDecodeError as error:
+            raise ConfigurationError(
+                f"{input_path}, line {index + 1}: not valid UTF-8 ({error.reason} at byte "
+                f"{error.start} of the line); ELMo input must be UTF-8 text"
+            ) from error
+        num_lines += 1
+        tokens = sentence.split()
+        num_tokens += len(tokens)
+        if not tokens:
+            empty_lines.append(index)
+        if use_sentence_keys and ("/" in sentence or sentence in ("", ".") or (
+            sentence == SENTENCE_TO_INDEX and not forget_sentences
+        )):
+            bad_keys.append(index)
+    if num_lines == 0:
+        raise ConfigurationError(f"{input_path} is empty: there is nothing to embed")
+    if empty_lines and not allow_empty_lines:
+        raise ConfigurationError(
+            f"{input_path} has blank lines (line {_format_lines(empty_lines)}); remove them or "
+            f"pass --allow-empty-lines to store them as empty entries under their line index"
+        )
+    if bad_keys:
+        raise ConfigurationError(
+            f"{input_path}: with --use-sentence-keys, line {_format_lines(bad_keys)} cannot be an "
+            f"HDF5 dataset name (it contains '/', is '.' or empty, or is '{SENTENCE_TO_INDEX}'); "
+            f"use line-index keys instead"
+        )
+    return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, empty_lines=empty_lines)
+
+
+def _chunk_name(chunk_index: int) -> str:
+    return f"chunk_{chunk_index:07d}.hdf5"
+
+
+def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool) -> set:
+    manifest_path = os.path.join(partial_dir, "settings.json")
+    if resume and os.path.exists(manifest_path):
+        with open(manifest_path) as handle:
+            earlier = json.load(handle)
+        if earlier != asdict(settings):
+            differing = sorted(k for k in earlier if earlier.get(k) != asdict(settings).get(k))
+            raise ConfigurationError(
+                f"Cannot resume from {partial_dir}: it was started with different "
+                f"{', '.join(differing)}; pass --overwrite to start over"
+            )
+        done = {
+            int(name[len("chunk_") : -len(".hdf5")])
+            for name in os.listdir(partial_dir)
+            if name.startswith("chunk_") and name.endswith(".hdf5")
+        }
+        logger.info("Resuming: %d finished chunks in %s", len(done), partial_dir)
+        return done
+    if resume:
+        logger.info("Nothing to resume at %s; starting from the beginning", partial_dir)
+    os.makedirs(partial_dir, exist_ok=True)
+    with open(manifest_path, "w") as handle:
+        json.dump(asdict(settings), handle, indent=2)
+    return set()
+
+
+def _read_chunks(input_path: str, chunk_size: int) -> Iterator[Tuple[int, List[str]]]:
+    chunk: List[str] = []
+    chunk_index = 0
+    for _, raw_line in _iterate_lines(input_path):
+        chunk.append(_sentence_of(raw_line))
+        if len(chunk) == chunk_size:
+            yield chunk_index, chunk
+            chunk, chunk_index = [], chunk_index + 1
+    if chunk:
+        yield chunk_index, chunk
+
+
+def _batches(lengths: List[int], batch_size: int, stateful: bool) -> Iterator[List[int]]:
+    """Positions within a chunk, grouped into batches."""
+    if stateful:
+        for start in range(0, len(lengths), batch_size):
+            yield list(range(start, min(start + batch_size, len(lengths))))
+        return
+    order = sorted(range(len(lengths)), key=lambda position: lengths[position])
+    token_budget = batch_size * TOKENS_PER_SENTENCE_SLOT
+    batch: List[int] = []
+    for position in order:
+        # Sorted ascending: the newest sentence is the longest, so it sets the padded size.
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[position] > token_budget):
+            yield batch
+            batch = []
+        batch.append(position)
+    if batch:
+        yield batch
+
+
+def _embed_chunk(
+    embedder: "ElmoEmbedder", lines: List[str], batch_size: int, stateful: bool
+) -> List[numpy.ndarray]:
+    tokenized = [line.split() for line in lines]
+    results: List[Optional[numpy.ndarray]] = [None] * len(lines)
+    for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
+        for position, embedding in zip(positions, embedder.embed_batch([tokenized[p] for p in positions])):
+            results[position] = embedding
+    return results  # type: ignore
+
+
+def _reduce(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
+    if output_format == "top":
+        return embedding[-1]
+    if output_format == "average":
+        return numpy.average(embedding, axis=0)
+    return embedding
+
+
+def _write_chunk(
+    embedder: "ElmoEmbedder",
+    chunk_path: str,
+    first_line: int,
+    lines: List[str],
+    results: List[numpy.ndarray],
+    output_format: str,
+) -> None:
+    """Writes one chunk, keyed by line index, to a temporary file renamed into place."""
+    temporary_path = chunk_path + ".tmp"
+    try:
+        with h5py.File(temporary_path, "w") as handle:
+            for offset, embedding in enumerate(results):
+                handle.create_dataset(
+                    str(first_line + offset), data=_reduce(embedding, output_format).astype(numpy.float32)
+                )
+            carried = embedder.elmo_bilm._carried_state
+            if embedder.elmo_bilm.stateful and carried is not None:
+                handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
+                handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
+        os.replace(temporary_path, chunk_path)
+    except BaseException:
+        if os.path.exists(temporary_path):
+            os.remove(temporary_path)
+        raise
+
+
+def _restore_carried_state(embedder: "ElmoEmbedder", chunk_path: str) -> None:
+    with h5py.File(chunk_path, "r") as handle:
+        if "_carried_state_h" in handle:
+            reference = next(embedder.elmo_bilm.parameters())
+            embedder.elmo_bilm._carried_state = tuple(  # type: ignore
+                torch.from_numpy(handle[name][...]).to(reference)
+                for name in ("_carried_state_h", "_carried_state_c")
+            )
+
+
+def _merge(
+    partial_dir: str,
+    output_path: str,
+    num_chunks: int,
+    input_path: str,
+    use_sentence_keys: bool,
+    forget_sentences: bool,
+) -> None:
+    """Copies the chunks into OUTPUT under their final keys; OUTPUT appears only when complete."""
+    directory = os.path.dirname(os.path.abspath(output_path))
+    descriptor, temporary_path = tempfile.mkstemp(suffix=".hdf5.merging", dir=directory)
+    os.close(descriptor)
+    try:
+        sentence_to_index: Dict[str, str] = {}
+        duplicates = 0
+        line_iterator = _iterate_lines(input_path)
+        with h5py.File(temporary_path, "w") as output:
+            for chunk_index in range(num_chunks):
+                with h5py.File(os.path.join(partial_dir, _chunk_name(chunk_index)), "r") as chunk:
+                    indices = sorted(int(name) for name in chunk if not name.startswith("_"))
+                    for index in indices:
+                        _, raw_line = next(line_iterator)
+                        sentence = _sentence_of(raw_line)
+                        if use_sentence_keys:
+                            if sentence in sentence_to_index:
+                                duplicates += 1
+                                continue
+                            key = sentence
+                        else:
+                            key = str(index)
+                        if not forget_sentences or use_sentence_keys:
+                            sentence_to_index.setdefault(sentence, str(index))
+                        chunk.copy(chunk[str(index)], output, name=key)
+            if not forget_sentences:
+                # 0.9's layout: a (1,) string dataset, read as json.loads(file[...][0]).
+                mapping = output.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
+                mapping[0] = json.dumps(sentence_to_index)
+        if duplicates:
+            logger.warning(
+                "%d repeated sentences were stored once each under their sentence key", duplicates
+            )
+        os.replace(temporary_path, output_path)
+    except BaseException:
+        if os.path.exists(temporary_path):
+            os.remove(temporary_path)
+        raise

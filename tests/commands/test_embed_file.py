@@ -1,0 +1,218 @@
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.testing import AllenNlpTestCase
+from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
+from allennlp.nn.util import remove_sentence_boundaries
+
+from elmo_plugin import ElmoEmbedder, batch_to_ids
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT
+
+SENTENCES = [
+    "The bats hang upside down .",
+    "Bats are made of wood",
+    "A much longer sentence about baseball bats and the players who swing them hard",
+    "Short one",
+    "Another sentence with several more tokens in it",
+    "x",
+    "The bats hang upside down .",
+]
+
+
+def read_hdf5(path):
+    with h5py.File(path, "r") as handle:
+        return {key: handle[key][...] for key in handle}
+
+
+class EmbedFileTestCase(AllenNlpTestCase):
+    def setup_method(self):
+        super().setup_method()
+        self.embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+
+    def write_input(self, lines, name="input.txt", ending="\n", final_newline=True) -> str:
+        path = self.TEST_DIR / name
+        text = ending.join(lines) + (ending if final_newline else "")
+        path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
+        return str(path)
+
+    def embed(self, input_path, name="out.hdf5", embedder=None, **options) -> str:
+        output = str(self.TEST_DIR / name)
+        (embedder or self.embedder).embed_file(input_path, output, **options)
+        return output
+
+
+class TestEmbedFile(EmbedFileTestCase):
+    def test_seed_notebook_case(self):
+        lines = ["I ate a carrot for breakfast", "I ate an apple", "The weather is nice today ."]
+        content = read_hdf5(self.embed(self.write_input(lines)))
+        assert set(content) == {"0", "1", "2", "sentence_to_index"}
+        assert [content[k].shape for k in "012"] == [(3, 6, 32), (3, 4, 32), (3, 6, 32)]
+        mapping = json.loads(content["sentence_to_index"][0])
+        assert mapping == {line: str(i) for i, line in enumerate(lines)}
+
+    def test_top_and_average_are_reductions_of_all(self):
+        path = self.write_input(SENTENCES)
+        everything = read_hdf5(self.embed(path, "all.hdf5"))
+        top = read_hdf5(self.embed(path, "top.hdf5", output_format="top"))
+        average = read_hdf5(self.embed(path, "average.hdf5", output_format="average"))
+        for key in map(str, range(len(SENTENCES))):
+            numpy.testing.assert_array_equal(top[key], everything[key][-1])
+            numpy.testing.assert_allclose(average[key], everything[key].mean(axis=0), rtol=0, atol=1e-6)
+
+    def test_file_equals_embed_sentence_in_deterministic_mode(self):
+        content = read_hdf5(self.embed(self.write_input(SENTENCES), batch_size=3))
+        for index, sentence in enumerate(SENTENCES):
+            alone = self.embedder.embed_sentence(sentence.split())
+            numpy.testing.assert_allclose(content[str(index)], alone, rtol=0, atol=1e-6)
+
+    def test_stateful_reproduces_allennlp_carried_state(self):
+        batch_size = 3
+        embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True)
+        content = read_hdf5(self.embed(self.write_input(SENTENCES), embedder=embedder,
+                                       batch_size=batch_size, chunk_size=4))
+        oracle = AllenNlpElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+        for start in range(0, len(SENTENCES), batch_size):
+            batch = [s.split() for s in SENTENCES[start : start + batch_size]]
+            with torch.no_grad():
+                output = oracle(batch_to_ids(batch))
+            layers = [remove_sentence_boundaries(a, output["mask"])[0] for a in output["activations"]]
+            for row, tokens in enumerate(batch):
+                expected = torch.stack([layer[row, : len(tokens)] for layer in layers]).numpy()
+                numpy.testing.assert_allclose(content[str(start + row)], expected, rtol=0, atol=1e-6)
+
+    def test_blank_lines_are_refused_with_their_line_numbers(self):
+        path = self.write_input(["one", "", "two", "   ", "three"])
+        with pytest.raises(ConfigurationError, match=r"blank lines \(line 2, 4\).*--allow-empty-lines"):
+            self.embed(path)
+        assert not os.path.exists(self.TEST_DIR / "out.hdf5")
+
+    def test_blank_lines_kept_as_empty_entries_without_shifting_keys(self):
+        lines = ["one two", "", "three"]
+        content = read_hdf5(self.embed(self.write_input(lines), allow_empty_lines=True))
+        assert content["1"].shape == (3, 0, 32)
+        numpy.testing.assert_allclose(content["2"], self.embedder.embed_sentence(["three"]), atol=1e-6)
+
+    def test_sentence_keys_with_duplicates(self):
+        content = read_hdf5(self.embed(self.write_input(SENTENCES), use_sentence_keys=True))
+        assert set(content) == set(SENTENCES) | {"sentence_to_index"}
+        mapping = json.loads(content["sentence_to_index"][0])
+        assert mapping["The bats hang upside down ."] == "0"  # the first of the two
+        numpy.testing.assert_allclose(
+            content["x"], self.embedder.embed_sentence(["x"]), rtol=0, atol=1e-6
+        )
+
+    def test_sentence_keys_refuse_slashes(self):
+        path = self.write_input(["fine", "and/or not", "also fine", "."])
+        with pytest.raises(ConfigurationError, match=r"line 2, 4 cannot be an HDF5 dataset name"):
+            self.embed(path, use_sentence_keys=True)
+
+    def test_forget_sentences(self):
+        content = read_hdf5(self.embed(self.write_input(SENTENCES[:2]), forget_sentences=True))
+        assert set(content) == {"0", "1"}
+
+    def test_refuses_to_overwrite(self):
+        path = self.write_input(SENTENCES[:2])
+        output = self.embed(path)
+        before = read_hdf5(output)
+        with pytest.raises(ConfigurationError, match="already exists; pass --overwrite"):
+            self.embed(path)
+        self.embed(self.write_input(SENTENCES[2:4], "other.txt"), overwrite=True)
+        assert read_hdf5(output)["0"].shape != before["0"].shape
+
+    def test_hostile_inputs(self):
+        lines = ["crlf line ending", "x " * 5000, "tok" * 100 + " short", "ünïcödé 東京", "no final newline"]
+        path = self.TEST_DIR / "hostile.txt"
+        path.write_bytes("\r\n".join(lines).encode("utf-8"))
+        content = read_hdf5(self.embed(str(path)))
+        assert [content[str(i)].shape[1] for i in range(5)] == [3, 5000, 2, 2, 3]
+        mapping = json.loads(content["sentence_to_index"][0])
+        assert "crlf line ending" in mapping  # no "\r" in keys
+        # A 300-byte token is cut to 48 bytes, like every token.
+        numpy.testing.assert_allclose(
+            content["2"], self.embedder.embed_sentence(["tok" * 16, "short"]), rtol=0, atol=1e-6
+        )
+
+    def test_invalid_utf8_names_the_line(self):
+        path = self.TEST_DIR / "latin1.txt"
+        path.write_bytes("fine\n".encode() + "caf\xe9 au lait\n".encode("latin-1"))
+        with pytest.raises(ConfigurationError, match=r"latin1.txt, line 2: not valid UTF-8"):
+            self.embed(str(path))
+
+    def test_empty_file(self):
+        with pytest.raises(ConfigurationError, match="is empty"):
+            self.embed(self.write_input([], final_newline=False))
+
+
+class TestResume(EmbedFileTestCase):
+    def interrupt_after(self, embedder, batches):
+        calls = {"n": 0}
+        original = embedder.embed_batch
+
+        def flaky(batch):
+            calls["n"] += 1
+            if calls["n"] > batches:
+                raise KeyboardInterrupt
+            return original(batch)
+
+        embedder.embed_batch = flaky
+
+    @pytest.mark.parametrize("stateful", [False, True])
+    def test_resume_equals_uninterrupted_run(self, stateful):
+        lines = [" ".join(["w%d" % j for j in range(1 + (i * 7) % 11)]) for i in range(40)]
+        path = self.write_input(lines)
+        options = dict(batch_size=4, chunk_size=8)
+        fresh = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
+        expected = read_hdf5(self.embed(path, "uninterrupted.hdf5", embedder=fresh, **options))
+
+        interrupted = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
+        self.interrupt_after(interrupted, 5)
+        output = str(self.TEST_DIR / "resumed.hdf5")
+        with pytest.raises(KeyboardInterrupt):
+            interrupted.embed_file(path, output, **options)
+        assert not os.path.exists(output)
+        chunks = [n for n in os.listdir(output + ".partial") if n.startswith("chunk_")]
+        assert chunks and not any(n.endswith(".tmp") for n in chunks)
+        with pytest.raises(ConfigurationError, match="--resume"):
+            self.embed(path, "resumed.hdf5", **options)
+
+        resumer = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
+        self.embed(path, "resumed.hdf5", embedder=resumer, resume=True, **options)
+        assert not os.path.exists(output + ".partial")
+        resumed = read_hdf5(output)
+        assert set(resumed) == set(expected)
+        for key in expected:
+            numpy.testing.assert_array_equal(resumed[key], expected[key])
+
+    def test_resume_refuses_other_settings(self):
+        path = self.write_input(SENTENCES)
+        self.interrupt_after(self.embedder, 1)
+        with pytest.raises(KeyboardInterrupt):
+            self.embed(path, batch_size=1, chunk_size=2)
+        with pytest.raises(ConfigurationError, match="different batch_size"):
+            self.embed(path, embedder=ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE),
+                       resume=True, batch_size=2, chunk_size=2)
+
+
+class TestElmoCommandLine(EmbedFileTestCase):
+    def test_allennlp_elmo_runs_for_real(self):
+        path = self.write_input(SENTENCES[:3])
+        output = str(self.TEST_DIR / "cli.hdf5")
+        completed = subprocess.run(
+            [sys.executable, "-m", "allennlp", "elmo", path, output, "--top",
+             "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
+             "--batch-size", "2", "--file-friendly-logging"],
+            cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        )
+        assert completed.returncode == 0, completed.stderr[-5000:]
+        content = read_hdf5(output)
+        assert content["0"].shape == (6, 32)
+        numpy.testing.assert_allclose(
+            content["1"], self.embedder.embed_sentence(SENTENCES[1].split())[-1], rtol=0, atol=1e-6
+        )
