@@ -12,6 +12,9 @@ from elmo_plugin.data.character_mapper import ElmoCharacterMapper
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
+# Tokens per pass through the CNN: its outputs (filters x positions per token, 360 kB per token
+# for the published models' width-7 filters alone) would otherwise dominate peak memory.
+_TOKENS_PER_CNN_CHUNK = 512
 
 
 class ElmoCharacterEncoder(torch.nn.Module):
@@ -88,6 +91,10 @@ class ElmoCharacterEncoder(torch.nn.Module):
 
     def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, projection_dim)`."""
+        if character_ids.size(0) > _TOKENS_PER_CNN_CHUNK:
+            return torch.cat(
+                [self.embed_tokens(chunk) for chunk in character_ids.split(_TOKENS_PER_CNN_CHUNK)]
+            )
         # (num_tokens, char_dim, 50): Conv1d wants channels before positions.
         characters = torch.nn.functional.embedding(
             character_ids, self._char_embedding_weights
