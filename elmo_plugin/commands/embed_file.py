@@ -20,8 +20,8 @@ How the work is organised, and why:
   `resume` skips the chunks on disk (in stateful mode it restores the carried state saved with
   the last one). At the end the chunks are merged into a temporary file next to OUTPUT, which
   is renamed to OUTPUT: a file under OUTPUT's name is always complete.
-- Memory is bounded by one chunk, whatever the input size (except `sentence_to_index`, which
-  holds every sentence by definition).
+- Memory is bounded by one batch of vectors and one chunk of text, whatever the input size
+  (except `sentence_to_index`, which holds every sentence by definition).
 """
 import hashlib
 import json
@@ -31,7 +31,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple
 
 import h5py
 import numpy
@@ -168,10 +168,9 @@ def embed_file(
         if chunk_index in done_chunks:
             progress.update(len(lines))
             continue
-        results = _embed_chunk(embedder, lines, batch_size, stateful)
-        _write_chunk(
+        _embed_chunk(
             embedder, os.path.join(partial_dir, _chunk_name(chunk_index)), chunk_index * chunk_size,
-            lines, results, output_format,
+            lines, batch_size, output_format,
         )
         tokens_done += sum(len(line.split()) for line in lines)
         progress.update(len(lines))
@@ -308,17 +307,6 @@ def _batches(lengths: List[int], batch_size: int, stateful: bool) -> Iterator[Li
         yield batch
 
 
-def _embed_chunk(
-    embedder: "ElmoEmbedder", lines: List[str], batch_size: int, stateful: bool
-) -> List[numpy.ndarray]:
-    tokenized = [line.split() for line in lines]
-    results: List[Optional[numpy.ndarray]] = [None] * len(lines)
-    for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
-        for position, embedding in zip(positions, embedder.embed_batch([tokenized[p] for p in positions])):
-            results[position] = embedding
-    return results  # type: ignore
-
-
 def _reduce(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
     if output_format == "top":
         return embedding[-1]
@@ -327,24 +315,32 @@ def _reduce(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
     return embedding
 
 
-def _write_chunk(
+def _embed_chunk(
     embedder: "ElmoEmbedder",
     chunk_path: str,
     first_line: int,
     lines: List[str],
-    results: List[numpy.ndarray],
+    batch_size: int,
     output_format: str,
 ) -> None:
-    """Writes one chunk, keyed by line index, to a temporary file renamed into place."""
+    """
+    Embeds one chunk into its own file, keyed by line index, batch by batch (so memory holds
+    one batch of vectors, not a chunk), through a temporary file renamed into place.
+    """
+    stateful = embedder.elmo_bilm.stateful
+    tokenized = [line.split() for line in lines]
     temporary_path = chunk_path + ".tmp"
     try:
         with h5py.File(temporary_path, "w") as handle:
-            for offset, embedding in enumerate(results):
-                handle.create_dataset(
-                    str(first_line + offset), data=_reduce(embedding, output_format).astype(numpy.float32)
-                )
+            for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
+                embeddings = embedder.embed_batch([tokenized[p] for p in positions])
+                for position, embedding in zip(positions, embeddings):
+                    handle.create_dataset(
+                        str(first_line + position),
+                        data=_reduce(embedding, output_format).astype(numpy.float32),
+                    )
             carried = embedder.elmo_bilm._carried_state
-            if embedder.elmo_bilm.stateful and carried is not None:
+            if stateful and carried is not None:
                 handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
                 handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
         os.replace(temporary_path, chunk_path)

@@ -1,0 +1,134 @@
+"""
+Embedding speed of our `ElmoBiLm` against AllenNLP's `_ElmoBiLm`, interleaved in one process.
+
+    python benchmarks/embed_speed.py [--passes 3] [--batch-sizes 1 16 64] [--threads 2]
+
+Both load the same random weights of the original ELMo architecture
+(2x4096_512_2048cnn_2xhighway, written in the published layout) and embed the same 20-30 token
+WikiText-2 sentences with carried state, in float32. For every batch size and pass the two run
+back to back (AllenNLP first, then ours), so machine drift hits both alike; the figure that
+counts is the ratio. Also printed: the largest difference between the two outputs, the peak
+resident memory of the process (both models loaded) during one forward pass of each (Linux
+`clear_refs` resets the peak counter), and
+the fraction of the compute limit reached, from a float32 GEMM rate measured here on the LSTM's
+own shapes.
+"""
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+import elmo_plugin  # noqa: F401
+from elmo_plugin import ElmoBiLm, batch_to_ids
+from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.weights.random_weights import ORIGINAL_OPTIONS, write_random_elmo
+
+SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
+
+
+def sentences(count: int) -> List[List[str]]:
+    found = []
+    for line in (SHARED / "data" / "lm_eval" / "wikitext2.valid.txt").read_text(encoding="utf-8").splitlines():
+        tokens = line.split()
+        if 20 <= len(tokens) <= 30 and not line.lstrip().startswith("="):
+            found.append(tokens)
+    return [found[i % len(found)] for i in range(count)]
+
+
+def flops_per_position(options: ElmoOptions) -> float:
+    """Multiply-adds x 2 of one token through the char CNN, highway, projection and LSTMs."""
+    characters = options.max_characters_per_token
+    cnn = sum(2 * w * options.char_embedding_dim * n * (characters - w + 1) for w, n in options.filters)
+    n = options.n_filters
+    highway = options.n_highway * 2 * n * 2 * n
+    projection = 2 * n * options.projection_dim
+    p, c = options.projection_dim, options.cell_dim
+    lstm = 2 * options.n_layers * (2 * p * 4 * c + 2 * p * 4 * c + 2 * c * p)
+    return float(cnn + highway + projection + lstm)
+
+
+def gemm_rate(batch: int, options: ElmoOptions, repeats: int = 20) -> float:
+    """GFLOP/s of the LSTM's recurrent GEMM, (batch, p) x (p, 4c), the dominant shape."""
+    a = torch.randn(batch, options.projection_dim)
+    b = torch.randn(options.projection_dim, 4 * options.cell_dim)
+    for _ in range(3):
+        a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    seconds = (time.perf_counter() - start) / repeats
+    return 2 * batch * options.projection_dim * 4 * options.cell_dim / seconds / 1e9
+
+
+def peak_rss_mb_during(function) -> float:
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        return float("nan")
+    function()
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@torch.no_grad()
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batches-per-pass", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from allennlp.modules.elmo import _ElmoBiLm
+
+    with tempfile.TemporaryDirectory() as work:
+        options_file, weight_file = write_random_elmo(work, ORIGINAL_OPTIONS, seed=0)
+        options = ElmoOptions.from_file(options_file)
+        models = {
+            "allennlp": _ElmoBiLm(options_file, weight_file).eval(),
+            "ours": ElmoBiLm(options_file, weight_file).eval(),
+        }
+    flops = flops_per_position(options)
+    print(f"original architecture, random weights, float32, {args.threads} threads, "
+          f"{flops / 1e6:.0f} MFLOP per position")
+    print(f"{'batch':>5} {'allennlp tok/s':>15} {'ours tok/s':>11} {'ratio':>6} {'max |diff|':>11} "
+          f"{'peak RSS MB allennlp':>21} {'ours':>6} {'GEMM GFLOP/s':>13} {'ours % of limit':>16}")
+    for batch_size in args.batch_sizes:
+        data = sentences(batch_size * args.batches_per_pass)
+        batches = [batch_to_ids(data[i : i + batch_size]) for i in range(0, len(data), batch_size)]
+        tokens = sum(len(s) for s in data)
+        rates: Dict[str, List[float]] = {name: [] for name in models}
+        models["allennlp"]._elmo_lstm.reset_states()
+        models["ours"].reset_states()
+        difference = 0.0
+        peaks = {}
+        for pass_index in range(args.passes):
+            outputs = {}
+            for name, model in models.items():
+                start = time.perf_counter()
+                outputs[name] = [model(ids)["activations"] for ids in batches]
+                rates[name].append(tokens / (time.perf_counter() - start))
+            for ours, theirs in zip(outputs["ours"], outputs["allennlp"]):
+                for a, b in zip(ours, theirs):
+                    difference = max(difference, (a - b).abs().max().item())
+        for name, model in models.items():
+            peaks[name] = peak_rss_mb_during(lambda: model(batches[0]))
+        allennlp_rate = statistics.median(rates["allennlp"])
+        our_rate = statistics.median(rates["ours"])
+        gflops = gemm_rate(batch_size, options)
+        limit = gflops * 1e9 / flops
+        print(f"{batch_size:>5} {allennlp_rate:>15.1f} {our_rate:>11.1f} {our_rate / allennlp_rate:>6.2f} "
+              f"{difference:>11.2e} {peaks['allennlp']:>21.0f} {peaks['ours']:>6.0f} {gflops:>13.1f} "
+              f"{100 * our_rate / limit:>15.0f}%")
+
+
+if __name__ == "__main__":
+    main()
