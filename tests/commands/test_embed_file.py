@@ -242,3 +242,12 @@ class TestElmoCommandLine(EmbedFileTestCase):
         numpy.testing.assert_allclose(
             content["1"], self.embedder.embed_sentence(SENTENCES[1].split())[-1], rtol=0, atol=1e-6
         )
+
+    def test_python_m_elmo_plugin_finds_the_command_anywhere(self):
+        # allennlp itself only sees plugin subcommands through a .allennlp_plugins file.
+        completed = subprocess.run(
+            [sys.executable, "-m", "elmo_plugin", "elmo", "--help"],
+            cwd=self.TEST_DIR, capture_output=True, text=True, timeout=600,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+        assert "--use-sentence-keys" in completed.stdout and "--resume" in completed.stdout
