@@ -97,15 +97,32 @@ class LstmCellWithProjection(torch.nn.Module):
         dropout_mask = None
         if self.recurrent_dropout_probability > 0.0 and self.training:
             dropout_mask = get_dropout_mask(self.recurrent_dropout_probability, state)
-        step_mask = mask.unsqueeze(-1)
+        # Rows sorted by length (longest first) let each step compute only the rows still
+        # inside their sentence, a prefix of the batch, instead of computing padding and
+        # masking it away; the rows' results are put back in their original order at the end.
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        restore = torch.argsort(order)
+        projected_inputs = projected_inputs.index_select(0, order)
+        state, memory = state.index_select(0, order), memory.index_select(0, order)
+        if dropout_mask is not None:
+            dropout_mask = dropout_mask.index_select(0, order)
+        # active_rows[t]: how many (sorted) rows have a token at position t.
+        positions = torch.arange(timesteps, device=lengths.device)
+        active_rows_at = (lengths.unsqueeze(1) > positions).sum(dim=0).tolist()
+        batch_size = lengths.size(0)
         outputs: List[torch.Tensor] = [inputs.new_empty(0)] * timesteps
         for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
-            gates = projected_inputs[:, index] + self.state_linearity(state)
+            active_rows = active_rows_at[index]
+            if active_rows == 0:
+                outputs[index] = inputs.new_zeros(batch_size, self.hidden_size)
+                continue
+            gates = projected_inputs[:active_rows, index] + self.state_linearity(state[:active_rows])
             input_gate = torch.sigmoid(gates[:, :cell_size])
             forget_gate = torch.sigmoid(gates[:, cell_size : 2 * cell_size])
             memory_init = torch.tanh(gates[:, 2 * cell_size : 3 * cell_size])
             output_gate = torch.sigmoid(gates[:, 3 * cell_size :])
-            new_memory = input_gate * memory_init + forget_gate * memory
+            new_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
             if self.memory_cell_clip_value:
                 new_memory = torch.clamp(
                     new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
@@ -116,12 +133,17 @@ class LstmCellWithProjection(torch.nn.Module):
                     new_state, -self.state_projection_clip_value, self.state_projection_clip_value
                 )
             if dropout_mask is not None:
-                new_state = new_state * dropout_mask
-            is_token = step_mask[:, index]
-            memory = torch.where(is_token, new_memory, memory)
-            state = torch.where(is_token, new_state, state)
-            outputs[index] = new_state * is_token
-        return torch.stack(outputs, dim=1), (state, memory)
+                new_state = new_state * dropout_mask[:active_rows]
+            memory = torch.cat([new_memory, memory[active_rows:]], dim=0)
+            state = torch.cat([new_state, state[active_rows:]], dim=0)
+            outputs[index] = torch.cat(
+                [new_state, new_state.new_zeros(batch_size - active_rows, self.hidden_size)], dim=0
+            )
+        sorted_outputs = torch.stack(outputs, dim=1)
+        return (
+            sorted_outputs.index_select(0, restore),
+            (state.index_select(0, restore), memory.index_select(0, restore)),
+        )
 
 
 class ElmoLstm(torch.nn.Module):
