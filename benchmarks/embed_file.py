@@ -16,12 +16,9 @@ subprocess so that its peak RSS (ru_maxrss) is its own.
 """
 import argparse
 import json
-import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,2 +1,4 @@
+# Re-exports: the public names of this subpackage.
+# ruff: noqa: F401
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
 from elmo_plugin.data.token_indexer import ElmoTokenCharactersIndexer

@@ -1,3 +1,5 @@
+# Re-exports: the public names of this subpackage.
+# ruff: noqa: F401
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.elmo import Elmo
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
