@@ -73,7 +73,7 @@ class _RunSettings:
 class _InputSummary:
     num_lines: int
     num_tokens: int
-    empty_lines: List[int]
+    sha256: str
 
 
 def embed_file(
@@ -145,7 +145,7 @@ def embed_file(
     settings = _RunSettings(
         input_path=os.path.abspath(input_path),
         input_size=os.path.getsize(input_path),
-        input_sha256=_sha256(input_path),
+        input_sha256=summary.sha256,
         output_format=output_format,
         batch_size=batch_size,
         chunk_size=chunk_size,
@@ -181,14 +181,6 @@ def embed_file(
     logger.info("Wrote %d sentences (%d tokens) to %s", summary.num_lines, summary.num_tokens, output_path)
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _sentence_of(raw_line: bytes) -> str:
     # split() drops "\r" of "\r\n" line ends and any run of spaces or tabs.
     return " ".join(raw_line.decode("utf-8").split())
@@ -209,11 +201,16 @@ def _format_lines(line_numbers: List[int]) -> str:
 def _validate_input(
     input_path: str, use_sentence_keys: bool, forget_sentences: bool, allow_empty_lines: bool
 ) -> _InputSummary:
-    """One streaming pass: every problem is reported with its (1-based) line number."""
+    """
+    One streaming pass: every problem is reported with its (1-based) line number; the file's
+    digest (which identifies the input of a resumed run) is taken in the same read.
+    """
     empty_lines: List[int] = []
     bad_keys: List[int] = []
     num_lines = num_tokens = 0
+    digest = hashlib.sha256()
     for index, raw_line in _iterate_lines(input_path):
+        digest.update(raw_line)
         try:
             sentence = _sentence_of(raw_line)
         except UnicodeDecodeError as error:
@@ -243,7 +240,7 @@ def _validate_input(
             f"HDF5 dataset name (it contains '/', is '.' or empty, or is '{SENTENCE_TO_INDEX}'); "
             f"use line-index keys instead"
         )
-    return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, empty_lines=empty_lines)
+    return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, sha256=digest.hexdigest())
 
 
 def _chunk_name(chunk_index: int) -> str:
