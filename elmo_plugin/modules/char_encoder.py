@@ -20,8 +20,8 @@ _TOKENS_PER_CNN_CHUNK = 512
 class ElmoCharacterEncoder(torch.nn.Module):
     """
     Computes a context-free representation of every token from its character ids, after adding
-    the `<S>` and `</S>` boundary tokens. Parameters start uninitialised-random; `ElmoBiLm`
-    loads them from a weight file.
+    the `<S>` and `</S>` boundary tokens. Parameters start as bilm-tf initialises a biLM for
+    training (`reset_parameters`); `ElmoBiLm` loads them from a weight file.
 
     # Parameters
 
@@ -48,6 +48,7 @@ class ElmoCharacterEncoder(torch.nn.Module):
             options.n_filters, options.n_highway, activation=torch.nn.functional.relu
         )
         self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
+        self.reset_parameters()
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
         self.register_buffer(
@@ -60,6 +61,32 @@ class ElmoCharacterEncoder(torch.nn.Module):
             torch.tensor(ElmoCharacterMapper.end_of_sentence_characters) + 1,
             persistent=False,
         )
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """
+        bilm-tf's initialisation: character embeddings uniform in [-1, 1]; relu filters
+        normal with variance 1 / (width * char_dim) (tanh filters uniform in [-0.05, 0.05]);
+        highway and projection weights normal with variance 1 / fan-in; biases 0, except the
+        highway gate's, which starts at -2 in bilm-tf's carry convention (+2 in AllenNLP's
+        `Highway`, which gates the untransformed input): each layer starts close to identity.
+        """
+        options = self.options
+        self._char_embedding_weights.uniform_(-1.0, 1.0)
+        self._char_embedding_weights[0].fill_(0.0)  # the padding row of padded tokens
+        for convolution, (width, _) in zip(self._convolutions, options.filters):
+            if options.activation == "relu":
+                convolution.weight.normal_(0.0, (1.0 / (width * options.char_embedding_dim)) ** 0.5)
+            else:
+                convolution.weight.uniform_(-0.05, 0.05)
+            convolution.bias.fill_(0.0)
+        n_filters = options.n_filters
+        for highway_layer in self._highways._layers:
+            highway_layer.weight.normal_(0.0, (1.0 / n_filters) ** 0.5)
+            highway_layer.bias[:n_filters].fill_(0.0)
+            highway_layer.bias[n_filters:].fill_(2.0)
+        self._projection.weight.normal_(0.0, (1.0 / n_filters) ** 0.5)
+        self._projection.bias.fill_(0.0)
 
     def get_output_dim(self) -> int:
         return self.options.projection_dim

@@ -5,6 +5,7 @@ weight file, returning all of its layers.
 import logging
 from typing import Dict, List, Optional, Tuple, Union
 
+import numpy
 import torch
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
@@ -51,6 +52,12 @@ class ElmoBiLm(torch.nn.Module):
         sentence itself. That state is the fixed point of reading empty sentences
         (`<S> </S>`) with carried state, i.e. the model's own "between sentences" state,
         which is closer to the carried-state vectors than a zero state (BENCHMARKS.md).
+    bias_as_in_file : `bool`, optional (default = `False`)
+        Keep the LSTM gate biases as the weight file stores them (see `TfForgetBias`), so
+        that a biLM trained with this module exports bit-exactly. The biLM model sets it.
+    lstm_input_dropout : `float`, optional (default = `0.0`)
+        Dropout on every LSTM layer's input in training mode (see `ElmoLstm`); the biLM
+        model's regularisation while training, not used by downstream ELMo.
     """
 
     def __init__(
@@ -60,6 +67,8 @@ class ElmoBiLm(torch.nn.Module):
         requires_grad: bool = False,
         vocab_to_cache: Optional[List[str]] = None,
         stateful: bool = True,
+        bias_as_in_file: bool = False,
+        lstm_input_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if isinstance(options_file, ElmoOptions):
@@ -79,7 +88,11 @@ class ElmoBiLm(torch.nn.Module):
             memory_cell_clip_value=options.cell_clip,
             state_projection_clip_value=options.proj_clip,
             use_skip_connections=options.use_skip_connections,
+            input_dropout_probability=lstm_input_dropout,
         )
+        self._bias_as_in_file = bias_as_in_file
+        if bias_as_in_file:
+            self._elmo_lstm.store_biases_as_in_file()
         if weight_file is not None:
             self.load_weight_file(weight_file)
         self.num_layers = options.n_layers + 1
@@ -99,13 +112,31 @@ class ElmoBiLm(torch.nn.Module):
     def load_weight_file(self, weight_file: str) -> None:
         """Loads parameters from a published-layout HDF5 file (checked against the options)."""
         arrays = layout.read_weight_file(weight_file, self.options)
-        state = layout.to_state_dict(arrays, self.options)
+        state = layout.to_state_dict(arrays, self.options, bias_as_in_file=self._bias_as_in_file)
         with torch.no_grad():
             for name, parameter in self.named_parameters():
                 parameter.copy_(state[name])
 
+    def weight_arrays(self) -> Dict[str, numpy.ndarray]:
+        """The parameters as the datasets of the published weight file (see `layout`)."""
+        return layout.from_state_dict(dict(self.named_parameters()), self.options)
+
     def get_output_dim(self) -> int:
         return self.options.output_dim
+
+    @property
+    def lstm(self) -> ElmoLstm:
+        return self._elmo_lstm
+
+    def embed_character_ids(self, character_ids: torch.Tensor) -> torch.Tensor:
+        """
+        Context-free token representations `(batch_size, timesteps, projection_dim)` for
+        character ids `(batch_size, timesteps, 50)`, without adding `<S>` and `</S>` (a biLM
+        in training reads them from its data, where they also occur inside windows of text).
+        """
+        batch_size, timesteps, characters_per_token = character_ids.size()
+        embedded = self._token_embedder.embed_tokens(character_ids.view(-1, characters_per_token))
+        return embedded.view(batch_size, timesteps, -1)
 
     def reset_states(self) -> None:
         """Forgets the carried state (stateful mode): the next batch starts from zeros."""

@@ -5,10 +5,41 @@ cell and projection clipping, optional residual connections between layers.
 from typing import List, Optional, Tuple
 
 import torch
+from torch.nn.utils import parametrize
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 
+from elmo_plugin.weights.layout import TF_FORGET_BIAS
+
 LstmState = Tuple[torch.Tensor, torch.Tensor]
+
+
+class TfForgetBias(torch.nn.Module):
+    """
+    A parametrization (`torch.nn.utils.parametrize`) of an LSTM cell's gate bias that stores it
+    as the published weight files do: without TF's forget bias of 1.0. The cell's effective
+    bias is the stored one plus 1.0 on the forget block, added in float32 exactly as the
+    loaders (AllenNLP's and ours) add it when they read a file. A bias trained this way is
+    written to a file unchanged and read back bit-identical; a bias trained with the 1.0
+    folded in could not be, since `b - 1.0` rounds to a coarser float32 grid than `b`.
+
+    # Parameters
+
+    cell_size : `int`
+        The cell's memory size; gates are in the order (input, forget, memory, output).
+    """
+
+    def __init__(self, cell_size: int) -> None:
+        super().__init__()
+        offset = torch.zeros(4 * cell_size, dtype=torch.float32)
+        offset[cell_size : 2 * cell_size] = TF_FORGET_BIAS
+        self.register_buffer("offset", offset, persistent=False)
+
+    def forward(self, stored_bias: torch.Tensor) -> torch.Tensor:
+        return (stored_bias.float() + self.offset).to(stored_bias.dtype)
+
+    def right_inverse(self, effective_bias: torch.Tensor) -> torch.Tensor:
+        return (effective_bias.float() - self.offset).to(effective_bias.dtype)
 
 
 class LstmCellWithProjection(torch.nn.Module):
@@ -69,6 +100,17 @@ class LstmCellWithProjection(torch.nn.Module):
         # Gate order is (input, forget, memory, output); a forget bias of 1 as in TF's LSTMCell.
         self.state_linearity.bias.data[self.cell_size : 2 * self.cell_size].fill_(1.0)
 
+    def store_bias_as_in_file(self) -> None:
+        """
+        Re-parametrizes the gate bias with `TfForgetBias` (its parameter becomes
+        `state_linearity.parametrizations.bias.original`); used when training a biLM that
+        will be exported.
+        """
+        if not parametrize.is_parametrized(self.state_linearity, "bias"):
+            parametrize.register_parametrization(
+                self.state_linearity, "bias", TfForgetBias(self.cell_size)
+            )
+
     def forward(
         self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState
     ) -> Tuple[torch.Tensor, LstmState]:
@@ -93,6 +135,8 @@ class LstmCellWithProjection(torch.nn.Module):
         timesteps = inputs.size(1)
         cell_size = self.cell_size
         projected_inputs = self.input_linearity(inputs)
+        # Fetched once: a parametrized bias (`TfForgetBias`) is recomputed on every access.
+        state_weight, state_bias = self.state_linearity.weight, self.state_linearity.bias
         state, memory = initial_state
         dropout_mask = None
         if self.recurrent_dropout_probability > 0.0 and self.training:
@@ -117,7 +161,9 @@ class LstmCellWithProjection(torch.nn.Module):
             if active_rows == 0:
                 outputs[index] = inputs.new_zeros(batch_size, self.hidden_size)
                 continue
-            gates = projected_inputs[:active_rows, index] + self.state_linearity(state[:active_rows])
+            gates = projected_inputs[:active_rows, index] + torch.nn.functional.linear(
+                state[:active_rows], state_weight, state_bias
+            )
             input_gate = torch.sigmoid(gates[:, :cell_size])
             forget_gate = torch.sigmoid(gates[:, cell_size : 2 * cell_size])
             memory_init = torch.tanh(gates[:, 2 * cell_size : 3 * cell_size])
@@ -175,6 +221,10 @@ class ElmoLstm(torch.nn.Module):
         See `LstmCellWithProjection`.
     use_skip_connections : `bool`, optional (default = `True`)
         Add each layer's input to its output for layers above the first.
+    input_dropout_probability : `float`, optional (default = `0.0`)
+        Dropout on every layer's input (the token representations for the first), only in
+        training mode; a residual connection adds the dropped-out input, as in bilm-tf, where
+        each cell is `DropoutWrapper(ResidualWrapper(cell), input_keep_prob)`.
     """
 
     def __init__(
@@ -188,6 +238,7 @@ class ElmoLstm(torch.nn.Module):
         memory_cell_clip_value: Optional[float] = None,
         state_projection_clip_value: Optional[float] = None,
         use_skip_connections: bool = True,
+        input_dropout_probability: float = 0.0,
     ) -> None:
         super().__init__()
         self.input_size = input_size
@@ -195,6 +246,7 @@ class ElmoLstm(torch.nn.Module):
         self.cell_size = cell_size
         self.num_layers = num_layers
         self.use_skip_connections = use_skip_connections
+        self._input_dropout = torch.nn.Dropout(input_dropout_probability)
         self.forward_layers: List[LstmCellWithProjection] = []
         self.backward_layers: List[LstmCellWithProjection] = []
         layer_input_size = input_size
@@ -223,8 +275,18 @@ class ElmoLstm(torch.nn.Module):
             reference.new_zeros(self.num_layers, batch_size, 2 * self.cell_size),
         )
 
+    def store_biases_as_in_file(self) -> None:
+        """Re-parametrizes every cell's gate bias with `TfForgetBias` (for training to export)."""
+        for cell in self.forward_layers + self.backward_layers:
+            cell.store_bias_as_in_file()
+
     def forward(
-        self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState
+        self,
+        inputs: torch.Tensor,
+        mask: torch.BoolTensor,
+        initial_state: LstmState,
+        backward_inputs: Optional[torch.Tensor] = None,
+        backward_mask: Optional[torch.BoolTensor] = None,
     ) -> Tuple[torch.Tensor, LstmState]:
         """
         # Parameters
@@ -236,27 +298,40 @@ class ElmoLstm(torch.nn.Module):
         initial_state : `LstmState`
             `(h, c)` of shapes `(num_layers, batch_size, 2 * hidden_size)` and
             `(num_layers, batch_size, 2 * cell_size)`, forward half first (AllenNLP's layout).
+        backward_inputs : `torch.Tensor`, optional (default = `inputs`)
+            What the backward cells read, of the shape of `inputs`. A biLM in training reads
+            different positions (or different text) in each direction: the forward LM the
+            tokens before each target, the backward LM the tokens after it.
+        backward_mask : `torch.BoolTensor`, optional (default = `mask`)
+            The mask of `backward_inputs`.
 
         # Returns
 
         Outputs `(num_layers, batch_size, timesteps, 2 * hidden_size)` (forward half first, zero
         at padded positions) and the final state in the layout of `initial_state`.
         """
+        if backward_inputs is None:
+            backward_inputs, backward_mask = inputs, mask
+        elif backward_mask is None:
+            backward_mask = mask
         initial_states, initial_memories = initial_state
-        forward_input = backward_input = inputs
+        forward_input, backward_input = inputs, backward_inputs
         layer_outputs = []
         final_states = []
         final_memories = []
         for layer_index, (forward_cell, backward_cell) in enumerate(
             zip(self.forward_layers, self.backward_layers)
         ):
+            if self._input_dropout.p > 0.0:
+                forward_input = self._input_dropout(forward_input)
+                backward_input = self._input_dropout(backward_input)
             forward_h, backward_h = initial_states[layer_index].split(self.hidden_size, -1)
             forward_c, backward_c = initial_memories[layer_index].split(self.cell_size, -1)
             forward_output, (forward_h, forward_c) = forward_cell(
                 forward_input, mask, (forward_h, forward_c)
             )
             backward_output, (backward_h, backward_c) = backward_cell(
-                backward_input, mask, (backward_h, backward_c)
+                backward_input, backward_mask, (backward_h, backward_c)
             )
             if layer_index > 0 and self.use_skip_connections:
                 forward_output = forward_output + forward_input

@@ -20,7 +20,10 @@ both go through it. For options `o` the file holds, all float32:
 The PyTorch side (AllenNLP's parameter names, kept so that AllenNLP model archives load)
 orders gates (input, forget, new memory, output), stores `x W^T` weights, folds the forget
 bias into the bias, prepends a zero padding row to the character table and negates the
-highway carry gate (AllenNLP's `Highway` gates the *linear* part).
+highway carry gate (AllenNLP's `Highway` gates the *linear* part). A biLM trained for export
+keeps the gate bias as the file stores it, under
+`...state_linearity.parametrizations.bias.original` (see `TfForgetBias`); the conversions
+below map that name to `B` unchanged, so a trained bias round-trips bit-exactly.
 """
 import os
 import tempfile
@@ -148,8 +151,18 @@ def _lstm_parameter_prefixes(options: ElmoOptions) -> Iterator[Tuple[str, str]]:
             yield lstm_cell_group(direction, layer), f"_elmo_lstm.{direction_name}_layer_{layer}"
 
 
-def to_state_dict(arrays: Dict[str, numpy.ndarray], options: ElmoOptions) -> Dict[str, torch.Tensor]:
-    """Published arrays -> parameters of `ElmoBiLm` (names relative to it)."""
+# Parameter names of a cell's gate bias: folded (AllenNLP's) and as in the file (`TfForgetBias`).
+_FOLDED_BIAS = "state_linearity.bias"
+_FILE_BIAS = "state_linearity.parametrizations.bias.original"
+
+
+def to_state_dict(
+    arrays: Dict[str, numpy.ndarray], options: ElmoOptions, bias_as_in_file: bool = False
+) -> Dict[str, torch.Tensor]:
+    """
+    Published arrays -> parameters of `ElmoBiLm` (names relative to it). `bias_as_in_file`:
+    the LSTM cells' biases are parametrized with `TfForgetBias` (forget bias not folded in).
+    """
     state: Dict[str, numpy.ndarray] = {}
     char_table = numpy.zeros(
         (NUM_CHARACTERS_IN_FILE + 1, options.char_embedding_dim), dtype=numpy.float32
@@ -174,10 +187,12 @@ def to_state_dict(arrays: Dict[str, numpy.ndarray], options: ElmoOptions) -> Dic
     for group, prefix in _lstm_parameter_prefixes(options):
         weights = _tf_to_torch_gate_order(arrays[f"{group}/W_0"].T, cell_dim)
         bias = arrays[f"{group}/B"].copy()
-        bias[2 * cell_dim : 3 * cell_dim] += numpy.float32(TF_FORGET_BIAS)
+        if not bias_as_in_file:
+            bias[2 * cell_dim : 3 * cell_dim] += numpy.float32(TF_FORGET_BIAS)
+        bias_name = _FILE_BIAS if bias_as_in_file else _FOLDED_BIAS
         state[f"{prefix}.input_linearity.weight"] = weights[:, :input_dim]
         state[f"{prefix}.state_linearity.weight"] = weights[:, input_dim:]
-        state[f"{prefix}.state_linearity.bias"] = _tf_to_torch_gate_order(bias, cell_dim)
+        state[f"{prefix}.{bias_name}"] = _tf_to_torch_gate_order(bias, cell_dim)
         state[f"{prefix}.state_projection.weight"] = arrays[f"{group}/W_P_0"].T
     return {
         name: torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32))
@@ -186,7 +201,10 @@ def to_state_dict(arrays: Dict[str, numpy.ndarray], options: ElmoOptions) -> Dic
 
 
 def from_state_dict(state: Dict[str, torch.Tensor], options: ElmoOptions) -> Dict[str, numpy.ndarray]:
-    """Parameters of `ElmoBiLm` (names relative to it) -> published arrays; inverse of `to_state_dict`."""
+    """
+    Parameters of `ElmoBiLm` (names relative to it) -> published arrays; inverse of
+    `to_state_dict`. Biases kept as in the file (`TfForgetBias`) are written unchanged.
+    """
 
     def get(name: str) -> numpy.ndarray:
         return state[name].detach().cpu().to(torch.float32).numpy()
@@ -215,8 +233,11 @@ def from_state_dict(state: Dict[str, torch.Tensor], options: ElmoOptions) -> Dic
             axis=1,
         )
         arrays[f"{group}/W_0"] = _tf_to_torch_gate_order(weights, cell_dim).T
-        bias = _tf_to_torch_gate_order(get(f"{prefix}.state_linearity.bias"), cell_dim)
-        bias[2 * cell_dim : 3 * cell_dim] -= numpy.float32(TF_FORGET_BIAS)
+        if f"{prefix}.{_FILE_BIAS}" in state:
+            bias = _tf_to_torch_gate_order(get(f"{prefix}.{_FILE_BIAS}"), cell_dim)
+        else:
+            bias = _tf_to_torch_gate_order(get(f"{prefix}.{_FOLDED_BIAS}"), cell_dim)
+            bias[2 * cell_dim : 3 * cell_dim] -= numpy.float32(TF_FORGET_BIAS)
         arrays[f"{group}/B"] = bias
         arrays[f"{group}/W_P_0"] = get(f"{prefix}.state_projection.weight").T
     return {name: numpy.ascontiguousarray(value) for name, value in arrays.items()}
