@@ -2,7 +2,8 @@
 elmo_plugin: ELMo (Peters et al. 2018) for AllenNLP, end to end.
 
 Importing the package registers its components under AllenNLP's names (`elmo_characters`,
-`elmo_token_embedder`), replacing AllenNLP's own implementations in every config.
+`elmo_token_embedder`), replacing AllenNLP's own implementations in every config, and adds
+the biLM training pieces (`elmo_bilm` model, `elmo_bilm_corpus` reader, `bilm` vocabulary).
 """
 import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp's imports)
 
@@ -11,15 +12,25 @@ import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp
 import allennlp.data.token_indexers  # noqa: F401,E402
 import allennlp.modules.token_embedders  # noqa: F401,E402
 
-from elmo_plugin.data import ElmoCharacterMapper, ElmoTokenCharactersIndexer, batch_to_ids  # noqa: E402
+from elmo_plugin.data import (  # noqa: E402
+    BiLmCorpusReader,
+    BiLmVocabulary,
+    ElmoCharacterMapper,
+    ElmoTokenCharactersIndexer,
+    batch_to_ids,
+)
+from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
-from elmo_plugin.commands import ElmoCommand  # noqa: E402,F401  (registers `allennlp elmo`)
+from elmo_plugin.commands import ElmoCommand, ElmoExportCommand  # noqa: E402,F401  (subcommands)
 from elmo_plugin.weights import ElmoOptions  # noqa: E402
 
 __all__ = [
+    "BiLmCorpusReader",
+    "BiLmVocabulary",
     "Elmo",
     "ElmoBiLm",
+    "ElmoBiLmModel",
     "ElmoCharacterMapper",
     "ElmoEmbedder",
     "ElmoOptions",

@@ -1,3 +1,4 @@
 # Re-exports: the public names of this subpackage.
 # ruff: noqa: F401
 from elmo_plugin.commands.elmo import ElmoCommand
+from elmo_plugin.commands.export import ElmoExportCommand

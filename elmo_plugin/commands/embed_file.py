@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple
@@ -38,6 +37,8 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
+
+from elmo_plugin.common.atomic_file import atomic_output_path
 
 if TYPE_CHECKING:
     from elmo_plugin.modules.elmo_embedder import ElmoEmbedder
@@ -326,8 +327,7 @@ def _embed_chunk(
     """
     stateful = embedder.elmo_bilm.stateful
     tokenized = [line.split() for line in lines]
-    temporary_path = chunk_path + ".tmp"
-    try:
+    with atomic_output_path(chunk_path, suffix=".tmp") as temporary_path:
         with h5py.File(temporary_path, "w") as handle:
             for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
                 embeddings = embedder.embed_batch([tokenized[p] for p in positions])
@@ -340,11 +340,6 @@ def _embed_chunk(
             if stateful and carried is not None:
                 handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
                 handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
-        os.replace(temporary_path, chunk_path)
-    except BaseException:
-        if os.path.exists(temporary_path):
-            os.remove(temporary_path)
-        raise
 
 
 def _restore_carried_state(embedder: "ElmoEmbedder", chunk_path: str) -> None:
@@ -366,10 +361,7 @@ def _merge(
     forget_sentences: bool,
 ) -> None:
     """Copies the chunks into OUTPUT under their final keys; OUTPUT appears only when complete."""
-    directory = os.path.dirname(os.path.abspath(output_path))
-    descriptor, temporary_path = tempfile.mkstemp(suffix=".hdf5.merging", dir=directory)
-    os.close(descriptor)
-    try:
+    with atomic_output_path(output_path, suffix=".hdf5.merging") as temporary_path:
         sentence_to_index: Dict[str, str] = {}
         duplicates = 0
         line_iterator = _iterate_lines(input_path)
@@ -398,8 +390,3 @@ def _merge(
             logger.warning(
                 "%d repeated sentences were stored once each under their sentence key", duplicates
             )
-        os.replace(temporary_path, output_path)
-    except BaseException:
-        if os.path.exists(temporary_path):
-            os.remove(temporary_path)
-        raise

@@ -1,0 +1,3 @@
+# Re-exports: the public names of this subpackage.
+# ruff: noqa: F401
+from elmo_plugin.models.bilm import ElmoBiLmModel

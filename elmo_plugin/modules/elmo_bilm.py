@@ -135,7 +135,9 @@ class ElmoBiLm(torch.nn.Module):
         in training reads them from its data, where they also occur inside windows of text).
         """
         batch_size, timesteps, characters_per_token = character_ids.size()
-        embedded = self._token_embedder.embed_tokens(character_ids.view(-1, characters_per_token))
+        embedded = self._token_embedder.embed_tokens(
+            character_ids.reshape(-1, characters_per_token)
+        )
         return embedded.view(batch_size, timesteps, -1)
 
     def reset_states(self) -> None:

@@ -35,11 +35,12 @@ class TfForgetBias(torch.nn.Module):
         offset[cell_size : 2 * cell_size] = TF_FORGET_BIAS
         self.register_buffer("offset", offset, persistent=False)
 
+    # In float32 whatever the module's dtype (`.double()` converts the offset buffer too).
     def forward(self, stored_bias: torch.Tensor) -> torch.Tensor:
-        return (stored_bias.float() + self.offset).to(stored_bias.dtype)
+        return (stored_bias.float() + self.offset.float()).to(stored_bias.dtype)
 
     def right_inverse(self, effective_bias: torch.Tensor) -> torch.Tensor:
-        return (effective_bias.float() - self.offset).to(effective_bias.dtype)
+        return (effective_bias.float() - self.offset.float()).to(effective_bias.dtype)
 
 
 class LstmCellWithProjection(torch.nn.Module):

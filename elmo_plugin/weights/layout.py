@@ -25,8 +25,6 @@ keeps the gate bias as the file stores it, under
 `...state_linearity.parametrizations.bias.original` (see `TfForgetBias`); the conversions
 below map that name to `B` unchanged, so a trained bias round-trips bit-exactly.
 """
-import os
-import tempfile
 import warnings
 from typing import Dict, Iterator, Tuple
 
@@ -34,6 +32,7 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.common.atomic_file import atomic_output_path
 from elmo_plugin.weights.files import resolve_elmo_file
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
 
@@ -121,20 +120,13 @@ def write_weight_file(path: str, arrays: Dict[str, numpy.ndarray], options: Elmo
     if set(arrays) != set(expected):
         missing, unexpected = set(expected) - set(arrays), set(arrays) - set(expected)
         raise ValueError(f"Arrays do not match the layout: missing {missing}, extra {unexpected}")
-    directory = os.path.dirname(os.path.abspath(path))
-    descriptor, temporary_path = tempfile.mkstemp(suffix=".hdf5.partial", dir=directory)
-    os.close(descriptor)
-    try:
+    with atomic_output_path(path, suffix=".hdf5.partial") as temporary_path:
         with h5py.File(temporary_path, "w") as handle:
             for name, shape in expected.items():
                 array = numpy.asarray(arrays[name], dtype=numpy.float32)
                 if array.shape != shape:
                     raise ValueError(f"Array '{name}' has shape {array.shape}, expected {shape}")
                 handle.create_dataset(name, data=array)
-        os.replace(temporary_path, path)
-    except BaseException:
-        os.remove(temporary_path)
-        raise
 
 
 def _tf_to_torch_gate_order(matrix: numpy.ndarray, cell_dim: int) -> numpy.ndarray:

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.common.atomic_file import write_text_atomically
 from elmo_plugin.weights.files import resolve_elmo_file
 
 # ELMo's character vocabulary is fixed: 256 UTF-8 byte values and 5 special characters
@@ -184,8 +185,8 @@ class ElmoOptions:
         return result
 
     def to_file(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as options_handle:
-            json.dump(self.to_dict(), options_handle, indent=2)
+        """Writes the options JSON; the file appears under `path` only once complete."""
+        write_text_atomically(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 class _KeyReader:

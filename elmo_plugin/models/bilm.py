@@ -1,0 +1,248 @@
+"""
+The `elmo_bilm` model: trains (or fine-tunes) ELMo's biLM as a forward and a backward
+language model over a shared token encoder and a shared softmax.
+"""
+import logging
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import TextFieldTensors, Vocabulary
+from allennlp.models.model import Model
+from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
+from overrides import overrides
+
+from elmo_plugin.data.bilm_corpus_reader import CHARACTERS_KEY, LM_NAMESPACE, TARGETS_KEY
+from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS
+from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.modules.elmo_lstm import LstmState
+from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
+from elmo_plugin.weights.options import ElmoOptions
+
+logger = logging.getLogger(__name__)
+
+
+@Model.register("elmo_bilm")
+class ElmoBiLmModel(Model):
+    """
+    ELMo's biLM as a trainable model: the char-CNN token encoder and the LSTM stack of
+    `ElmoBiLm` (the module downstream ELMo uses, so what is trained is what gets exported),
+    a forward LM and a backward LM with separate LSTMs, one shared softmax over the
+    `lm_tokens` vocabulary (`BiLmVocabulary`), loss = mean of the two directions' mean token
+    losses. Data comes from `elmo_bilm_corpus`, as sentences or as packed windows with the
+    LSTM state carried from batch to batch (truncated BPTT, as bilm-tf trains).
+
+    The softmax is sampled (`SampledSoftmaxLoss`, log-uniform candidates, which assumes ids in
+    decreasing frequency) in training and full in evaluation, so `allennlp evaluate` reports
+    the exact perplexity. Metrics: `forward_perplexity`, `backward_perplexity` and
+    `perplexity` (of both directions' tokens together, i.e. exp of the mean of the two mean
+    losses, bilm-tf's "average perplexity"); during training they come from the sampled
+    softmax and are lower than the true perplexity. Bits per character are not reported: a
+    word-level model with `<UNK>` does not assign a probability to the characters of an
+    unknown word, so any per-character figure would not be an honest code length.
+
+    # Parameters
+
+    vocab : `Vocabulary`
+        Needs the `lm_tokens` namespace with `<S>`, `</S>` and `<UNK>` (`"type": "bilm"`).
+    options : `Dict[str, Any]`, optional
+        The architecture, in the format of an ELMo options JSON (`char_cnn`: filters,
+        n_highway, activation, embedding dim, ...; `lstm`: dim, projection_dim, n_layers,
+        cell_clip, proj_clip, use_skip_connections). Give this or `options_file`.
+    options_file : `str`, optional
+        An ELMo options JSON (path or URL), e.g. of a published model to fine-tune.
+    weight_file : `str`, optional
+        Published-layout weights to start from (fine-tuning). The softmax, which published
+        files do not hold, always starts fresh for this vocabulary.
+    dropout : `float`, optional (default = `0.1`)
+        bilm-tf's dropout: on every LSTM layer's input and on the top layer's output.
+    num_samples : `int`, optional (default = `8192`)
+        Negative samples per batch for the sampled softmax (bilm-tf's
+        `n_negative_samples_batch`); must be smaller than the vocabulary.
+    sparse_softmax : `bool`, optional (default = `False`)
+        Sparse gradients for the softmax (for large vocabularies; needs a sparse-capable
+        optimizer such as `dense_sparse_adam`).
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        options: Optional[Dict[str, Any]] = None,
+        options_file: Optional[str] = None,
+        weight_file: Optional[str] = None,
+        dropout: float = 0.1,
+        num_samples: int = 8192,
+        sparse_softmax: bool = False,
+        **kwargs,
+    ) -> None:
+        super().__init__(vocab, **kwargs)
+        if (options is None) == (options_file is None):
+            raise ConfigurationError(
+                "elmo_bilm: give exactly one of 'options' (an architecture in the options-JSON "
+                "format) and 'options_file'."
+            )
+        elmo_options = (
+            ElmoOptions.from_dict(options, source="the 'options' of the elmo_bilm model")
+            if options is not None
+            else ElmoOptions.from_file(options_file)  # type: ignore
+        )
+        self._check_vocabulary(vocab)
+        num_words = vocab.get_vocab_size(LM_NAMESPACE)
+        if not 0 < num_samples < num_words:
+            raise ConfigurationError(
+                f"elmo_bilm: 'num_samples' ({num_samples}) must be positive and smaller than "
+                f"the vocabulary ({num_words} words in '{LM_NAMESPACE}')."
+            )
+        self.num_samples = num_samples
+        self.dropout = dropout
+        self._bilm = ElmoBiLm(
+            elmo_options,
+            weight_file,
+            requires_grad=True,
+            stateful=False,
+            bias_as_in_file=True,
+            lstm_input_dropout=dropout,
+        )
+        self._output_dropout = torch.nn.Dropout(dropout)
+        self._softmax_loss = SampledSoftmaxLoss(
+            num_words=num_words,
+            embedding_dim=elmo_options.projection_dim,
+            num_samples=num_samples,
+            sparse=sparse_softmax,
+        )
+        self._perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
+        # Carried LSTM state for packed windows, one per mode (training data and validation
+        # data are different streams): (state, step of the batch that produced it).
+        self._carried: Dict[bool, Optional[Tuple[LstmState, int]]] = {True: None, False: None}
+
+    @staticmethod
+    def _check_vocabulary(vocab: Vocabulary) -> None:
+        words = vocab.get_token_to_index_vocabulary(LM_NAMESPACE)
+        missing = [token for token in SPECIAL_TOKENS if token not in words]
+        if missing:
+            raise ConfigurationError(
+                f"elmo_bilm: the vocabulary's '{LM_NAMESPACE}' namespace lacks "
+                f"{', '.join(missing)}; use \"vocabulary\": {{\"type\": \"bilm\", ...}} "
+                "(from a bilm-tf vocab file or built from the corpus)."
+            )
+
+    @property
+    def bilm(self) -> ElmoBiLm:
+        """The token encoder and LSTM stack, as downstream ELMo uses them (and export writes)."""
+        return self._bilm
+
+    @overrides(check_signature=False)
+    def forward(  # type: ignore
+        self,
+        tokens: Optional[TextFieldTensors] = None,
+        forward_tokens: Optional[TextFieldTensors] = None,
+        backward_tokens: Optional[TextFieldTensors] = None,
+        metadata: Optional[List[Dict[str, int]]] = None,
+    ) -> Dict[str, torch.Tensor]:
+        """
+        # Parameters
+
+        tokens : `TextFieldTensors`, optional
+            Sentences with `<S>` and `</S>` (sentence instances); both directions read them.
+        forward_tokens, backward_tokens : `TextFieldTensors`, optional
+            Packed windows (see `elmo_bilm_corpus`), with `metadata` giving each row's
+            stream and step.
+
+        # Returns
+
+        `loss` (the training objective), `forward_loss` and `backward_loss` (mean negative
+        log-likelihood per predicted token of each direction), and `num_targets`.
+        """
+        if tokens is not None:
+            character_ids, target_ids, mask = self._unpack(tokens)
+            embedded = self._bilm.embed_character_ids(character_ids)
+            forward_inputs, backward_inputs = embedded[:, :-1], embedded[:, 1:]
+            forward_targets, backward_targets = target_ids[:, 1:], target_ids[:, :-1]
+            forward_mask = backward_mask = mask[:, 1:]
+            initial_state = self._bilm.lstm.zero_state(embedded.size(0), embedded)
+        elif forward_tokens is not None and backward_tokens is not None and metadata is not None:
+            forward_ids, forward_target_ids, forward_full_mask = self._unpack(forward_tokens)
+            backward_ids, backward_target_ids, backward_full_mask = self._unpack(backward_tokens)
+            forward_inputs = self._bilm.embed_character_ids(forward_ids[:, :-1])
+            backward_inputs = self._bilm.embed_character_ids(backward_ids[:, 1:])
+            forward_targets, backward_targets = forward_target_ids[:, 1:], backward_target_ids[:, :-1]
+            forward_mask, backward_mask = forward_full_mask[:, 1:], backward_full_mask[:, 1:]
+            initial_state = self._window_start_state(metadata, forward_inputs)
+        else:
+            raise ConfigurationError(
+                "elmo_bilm: expected a 'tokens' field (sentences) or 'forward_tokens', "
+                "'backward_tokens' and 'metadata' (packed windows) from elmo_bilm_corpus."
+            )
+        layer_outputs, final_state = self._bilm.lstm(
+            forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
+        )
+        if tokens is None:
+            self._carried[self.training] = (
+                (final_state[0].detach(), final_state[1].detach()),
+                metadata[0]["step"],  # type: ignore
+            )
+        top_layer = self._output_dropout(layer_outputs[-1])
+        forward_output, backward_output = top_layer.split(self._bilm.options.projection_dim, -1)
+        output: Dict[str, torch.Tensor] = {}
+        direction_losses = []
+        num_targets = 0
+        for direction, outputs, targets, mask in (
+            ("forward", forward_output, forward_targets, forward_mask),
+            ("backward", backward_output, backward_targets, backward_mask),
+        ):
+            nll_sum = self._softmax_loss(outputs[mask], targets[mask])
+            count = mask.sum()
+            self._perplexities[direction](nll_sum, count)
+            mean_nll = nll_sum / count.clamp(min=1)
+            output[f"{direction}_loss"] = mean_nll
+            direction_losses.append(mean_nll)
+            num_targets += int(count)
+        output["loss"] = 0.5 * (direction_losses[0] + direction_losses[1])
+        output["num_targets"] = torch.tensor(num_targets)
+        return output
+
+    @staticmethod
+    def _unpack(
+        tokens: TextFieldTensors,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.BoolTensor]:
+        character_ids = tokens[CHARACTERS_KEY]["elmo_tokens"]
+        # Not get_text_field_mask: it would read the word ids, where 0 is `<S>`, not padding.
+        mask = (character_ids > 0).any(dim=-1)
+        return character_ids, tokens[TARGETS_KEY]["tokens"], mask
+
+    def _window_start_state(
+        self, metadata: List[Dict[str, int]], reference: torch.Tensor
+    ) -> LstmState:
+        streams = [row["stream"] for row in metadata]
+        steps = {row["step"] for row in metadata}
+        if streams != list(range(len(metadata))) or len(steps) != 1:
+            raise ConfigurationError(
+                "elmo_bilm: packed windows arrived out of stream order (streams "
+                f"{streams[:8]}..., steps {sorted(steps)[:4]}). Set the data loader's "
+                "batch_size to the reader's num_streams, shuffle to false and num_workers to 0."
+            )
+        step = steps.pop()
+        carried = self._carried[self.training]
+        batch_size = len(metadata)
+        if step == 0 or carried is None or carried[1] != step - 1:
+            # The start of a pass over the data (or of a different stream): no history.
+            return self._bilm.lstm.zero_state(batch_size, reference)
+        state, _ = carried
+        if state[0].size(1) != batch_size:
+            raise ConfigurationError(
+                f"elmo_bilm: a batch of {batch_size} windows follows one of "
+                f"{state[0].size(1)}; the data loader's batch_size must equal num_streams."
+            )
+        return state
+
+    @overrides
+    def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        forward_nll, forward_tokens = self._perplexities["forward"].totals()
+        backward_nll, backward_tokens = self._perplexities["backward"].totals()
+        return {
+            "forward_perplexity": self._perplexities["forward"].get_metric(reset),
+            "backward_perplexity": self._perplexities["backward"].get_metric(reset),
+            "perplexity": perplexity_of(
+                forward_nll + backward_nll, forward_tokens + backward_tokens
+            ),
+        }
