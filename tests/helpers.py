@@ -43,3 +43,27 @@ CARRIED_STATE_BATCHES = [
     [["one"], [], ["a", "b", "c", "d", "e", "f", "g"], ["hello", "world"], ["z"]],
     [["last", "batch", "here", "now", "ok"], ["x"]],
 ]
+
+# The biLM training configs and the tiny bilm-tf training corpus.
+BILM_CONFIGS = REPO_ROOT / "training_config" / "bilm"
+BILM_TRAIN_TEXT = str(SHARED_FIXTURES / "bilm_train" / "data.txt")
+BILM_VOCAB_FILE = str(SHARED_FIXTURES / "bilm_train" / "vocab.txt")
+BILM_SEED = 13
+
+
+def bilm_data_overrides(**more: Any) -> str:
+    """
+    Overrides for a biLM config: absolute fixture paths (the configs' defaults are relative to
+    the repository root), fixed seeds, and `more`.
+    """
+    overrides = {
+        "train_data_path": BILM_TRAIN_TEXT,
+        "validation_data_path": BILM_TRAIN_TEXT,
+        "random_seed": BILM_SEED,
+        "numpy_seed": BILM_SEED,
+        "pytorch_seed": BILM_SEED,
+        **more,
+    }
+    if "vocabulary" not in more:
+        overrides["vocabulary.vocab_file"] = BILM_VOCAB_FILE
+    return json.dumps(overrides)

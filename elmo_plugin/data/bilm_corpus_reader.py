@@ -193,8 +193,7 @@ class BiLmCorpusReader(DatasetReader):
     @overrides(check_signature=False)
     def text_to_instance(self, words: List[Token]) -> Instance:  # type: ignore
         """A sentence instance (`tokens` = `<S>`, the words, `</S>`)."""
-        tokens = [Token(ElmoCharacterMapper.bos_token), *words, Token(ElmoCharacterMapper.eos_token)]
-        return Instance({SENTENCE_FIELD: TextField(tokens)})
+        return Instance({SENTENCE_FIELD: TextField(_with_boundaries(words))})
 
     def _window_instances(self, sentences: Iterable[List[Token]]) -> Iterator[Instance]:
         window_tokens = self.window_size + 1
@@ -211,11 +210,7 @@ class BiLmCorpusReader(DatasetReader):
                     if words is None:
                         exhausted = True
                         break
-                    sentence = [
-                        Token(ElmoCharacterMapper.bos_token),
-                        *words,
-                        Token(ElmoCharacterMapper.eos_token),
-                    ]
+                    sentence = _with_boundaries(words)
                     forward_buffer.extend(sentence)
                     backward_buffer.extend(reversed(sentence))
             if exhausted and all(len(buffer) < 2 for buffer in forward_buffers):
@@ -243,3 +238,7 @@ class BiLmCorpusReader(DatasetReader):
         for name in (SENTENCE_FIELD, FORWARD_WINDOW_FIELD, BACKWARD_WINDOW_FIELD):
             if name in instance.fields:
                 instance.fields[name].token_indexers = self._token_indexers  # type: ignore
+
+
+def _with_boundaries(words: List[Token]) -> List[Token]:
+    return [Token(ElmoCharacterMapper.bos_token), *words, Token(ElmoCharacterMapper.eos_token)]

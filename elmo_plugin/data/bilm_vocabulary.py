@@ -98,7 +98,17 @@ class BiLmVocabulary(Vocabulary):
         max_vocab_size : `int`, optional
             Built from data: keep at most this many words (special tokens included).
         """
+        if max_vocab_size is not None and max_vocab_size <= len(SPECIAL_TOKENS) and not vocab_file:
+            raise ConfigurationError(
+                f"biLM vocabulary: max_vocab_size={max_vocab_size} leaves no room for words "
+                f"besides {', '.join(SPECIAL_TOKENS)}."
+            )
         if vocab_file is not None:
+            if min_count != 1 or max_vocab_size is not None:
+                raise ConfigurationError(
+                    "biLM vocabulary: 'min_count' and 'max_vocab_size' apply to a vocabulary "
+                    "built from the data, not to 'vocab_file'."
+                )
             words = read_bilm_vocab_file(vocab_file)
         elif instances is None:
             raise ConfigurationError(
@@ -133,16 +143,15 @@ class BiLmVocabulary(Vocabulary):
         if not counts:
             raise ConfigurationError("biLM vocabulary: the training data holds no words.")
         words = sorted(
-            (word for word, count in counts.items() if count >= min_count and word not in SPECIAL_TOKENS),
+            (
+                word
+                for word, count in counts.items()
+                if count >= min_count and word not in SPECIAL_TOKENS
+            ),
             key=lambda word: (-counts[word], word),
         )
         words = list(SPECIAL_TOKENS) + words
         if max_vocab_size is not None:
-            if max_vocab_size < len(SPECIAL_TOKENS) + 1:
-                raise ConfigurationError(
-                    f"biLM vocabulary: max_vocab_size={max_vocab_size} leaves no room for words "
-                    f"besides {', '.join(SPECIAL_TOKENS)}."
-                )
             words = words[:max_vocab_size]
         return words
 

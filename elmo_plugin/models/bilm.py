@@ -165,7 +165,8 @@ class ElmoBiLmModel(Model):
             backward_ids, backward_target_ids, backward_full_mask = self._unpack(backward_tokens)
             forward_inputs = self._bilm.embed_character_ids(forward_ids[:, :-1])
             backward_inputs = self._bilm.embed_character_ids(backward_ids[:, 1:])
-            forward_targets, backward_targets = forward_target_ids[:, 1:], backward_target_ids[:, :-1]
+            forward_targets = forward_target_ids[:, 1:]
+            backward_targets = backward_target_ids[:, :-1]
             forward_mask, backward_mask = forward_full_mask[:, 1:], backward_full_mask[:, 1:]
             initial_state = self._window_start_state(metadata, forward_inputs)
         else:

@@ -5,9 +5,9 @@ cell and projection clipping, optional residual connections between layers.
 from typing import List, Optional, Tuple
 
 import torch
-from torch.nn.utils import parametrize
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
+from torch.nn.utils import parametrize
 
 from elmo_plugin.weights.layout import TF_FORGET_BIAS
 

@@ -1,0 +1,174 @@
+import json
+import os
+
+import numpy
+import pytest
+import torch
+from allennlp.commands.train import train_model_from_file
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.params import Params
+from allennlp.common.testing import ModelTestCase
+from allennlp.data import Batch, Vocabulary
+from allennlp.data.data_loaders import SimpleDataLoader
+from allennlp.models import Model
+from allennlp.training.util import evaluate
+
+from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary, read_bilm_vocab_file
+from elmo_plugin.models.bilm import ElmoBiLmModel
+from elmo_plugin.weights import layout
+from elmo_plugin.weights.options import ElmoOptions
+from tests.helpers import (
+    BILM_CONFIGS,
+    BILM_SEED,
+    BILM_TRAIN_TEXT,
+    BILM_VOCAB_FILE,
+    ELMO_OPTIONS_FILE,
+    ELMO_WEIGHT_FILE,
+    bilm_data_overrides,
+)
+
+
+def tiny_model(options=None, **kwargs) -> ElmoBiLmModel:
+    params = Params.from_file(str(BILM_CONFIGS / "tiny.jsonnet"), bilm_data_overrides())
+    vocabulary = BiLmVocabulary.from_bilm_corpus(vocab_file=BILM_VOCAB_FILE)
+    model_params = params["model"].as_dict()
+    model_params.pop("type")
+    model_params.update(kwargs)
+    return ElmoBiLmModel(vocabulary, **model_params)
+
+
+def test_training_drives_perplexity_far_below_the_vocabulary_and_its_start(trained_tiny_bilm):
+    torch.manual_seed(BILM_SEED)
+    untrained = tiny_model(dropout=0.0)
+    reader = BiLmCorpusReader(window_size=10, num_streams=4)
+    data_loader = SimpleDataLoader(list(reader.read(BILM_TRAIN_TEXT)), batch_size=4)
+    data_loader.index_with(untrained.vocab)
+    start = evaluate(untrained, data_loader)["perplexity"]
+    metrics = json.loads((trained_tiny_bilm / "metrics.json").read_text())
+    final = metrics["validation_perplexity"]
+    vocabulary_size = len(read_bilm_vocab_file(BILM_VOCAB_FILE))
+    assert start > vocabulary_size / 2  # an untrained model is near uniform over 32 words
+    assert final < start / 4 and final < vocabulary_size / 4, (start, final)
+    assert metrics["validation_forward_perplexity"] < vocabulary_size / 4
+    assert metrics["validation_backward_perplexity"] < vocabulary_size / 4
+
+
+def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax():
+    vocabulary = BiLmVocabulary.from_bilm_corpus(vocab_file=BILM_VOCAB_FILE)
+    model = ElmoBiLmModel(
+        vocabulary, options_file=ELMO_OPTIONS_FILE, weight_file=ELMO_WEIGHT_FILE, num_samples=8
+    )
+    options = ElmoOptions.from_file(ELMO_OPTIONS_FILE)
+    in_file = layout.read_weight_file(ELMO_WEIGHT_FILE, options)
+    loaded = model.bilm.weight_arrays()
+    assert sorted(loaded) == sorted(in_file)
+    for name, array in in_file.items():
+        assert numpy.array_equal(loaded[name], array), name
+    assert tuple(model._softmax_loss.softmax_w.shape) == (32, options.projection_dim)
+
+
+def test_fine_tune_config_trains_from_a_weight_file(tmp_path):
+    model = train_model_from_file(
+        str(BILM_CONFIGS / "fine_tune.jsonnet"),
+        str(tmp_path / "tuned"),
+        overrides=bilm_data_overrides(
+            **{
+                "model.options_file": ELMO_OPTIONS_FILE,
+                "model.weight_file": ELMO_WEIGHT_FILE,
+                "model.num_samples": 8,
+                "vocabulary": {"type": "bilm", "min_count": 1},
+                "dataset_reader.num_streams": 2,
+                "validation_dataset_reader.num_streams": 2,
+                "data_loader.batch_size": 2,
+                "trainer.num_epochs": 1,
+            }
+        ),
+    )
+    metrics = json.loads((tmp_path / "tuned" / "metrics.json").read_text())
+    assert numpy.isfinite(metrics["validation_perplexity"])
+    assert isinstance(model, ElmoBiLmModel)
+
+
+def test_carried_state_over_windows_equals_reading_the_stream_in_one_piece():
+    torch.manual_seed(BILM_SEED)
+    model = tiny_model(dropout=0.0).double().eval()
+    perplexities = []
+    # One stream, so that both read the same text (how sentences are dealt to several streams
+    # depends on the window size).
+    for window_size in (3, 1000):
+        reader = BiLmCorpusReader(window_size=window_size, num_streams=1)
+        instances = list(reader.read(BILM_TRAIN_TEXT))
+        for instance in instances:
+            batch = Batch([instance])
+            batch.index_instances(model.vocab)
+            model(**batch.as_tensor_dict())
+        perplexities.append(model.get_metrics(reset=True))
+    for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert perplexities[0][key] == pytest.approx(perplexities[1][key], rel=1e-12), key
+
+
+def test_windows_out_of_stream_order_are_refused():
+    model = tiny_model()
+    reader = BiLmCorpusReader(window_size=5, num_streams=2)
+    instances = list(reader.read(BILM_TRAIN_TEXT))
+    batch = Batch([instances[1], instances[0]])
+    batch.index_instances(model.vocab)
+    with pytest.raises(ConfigurationError, match="out of stream order.*batch_size"):
+        model(**batch.as_tensor_dict())
+
+
+def test_bad_model_configurations_are_refused():
+    vocabulary = BiLmVocabulary.from_bilm_corpus(vocab_file=BILM_VOCAB_FILE)
+    options = ElmoOptions.from_file(ELMO_OPTIONS_FILE).to_dict()
+    with pytest.raises(ConfigurationError, match="num_samples.*smaller than the vocabulary"):
+        ElmoBiLmModel(vocabulary, options=options, num_samples=32)
+    with pytest.raises(ConfigurationError, match="exactly one of 'options'"):
+        ElmoBiLmModel(vocabulary, options=options, options_file=ELMO_OPTIONS_FILE, num_samples=8)
+    with pytest.raises(ConfigurationError, match="lacks <S>, </S>, <UNK>.*type.*bilm"):
+        ElmoBiLmModel(Vocabulary({"lm_tokens": {"a": 1}}), options=options, num_samples=8)
+    with pytest.raises(ConfigurationError, match="options.*lstm"):
+        ElmoBiLmModel(vocabulary, options={"char_cnn": options["char_cnn"]}, num_samples=8)
+
+
+def test_two_cpu_workers_train_with_distributed_data_parallel(tmp_path):
+    serialization_dir = tmp_path / "ddp"
+    train_model_from_file(
+        str(BILM_CONFIGS / "tiny_distributed.jsonnet"),
+        str(serialization_dir),
+        overrides=bilm_data_overrides(**{"trainer.num_epochs": 2}),
+        include_package=["elmo_plugin"],
+    )
+    logs = sorted(os.listdir(serialization_dir))
+    assert {"out_worker0.log", "out_worker1.log"} <= set(logs), logs
+    metrics = json.loads((serialization_dir / "metrics.json").read_text())
+    assert numpy.isfinite(metrics["training_perplexity"])
+    assert numpy.isfinite(metrics["validation_perplexity"])
+    assert Model.load(
+        Params.from_file(str(serialization_dir / "config.json")), str(serialization_dir)
+    )
+
+
+class TestElmoBiLmModelTrainsSavesAndLoads(ModelTestCase):
+    def test_packed_windows(self):
+        self.ensure_model_can_train_save_and_load(
+            str(BILM_CONFIGS / "tiny.jsonnet"),
+            overrides=bilm_data_overrides(
+                **{"trainer.num_epochs": 2, "dataset_reader.shuffle": False}
+            ),
+            seed=BILM_SEED,
+        )
+
+    def test_sentences(self):
+        self.ensure_model_can_train_save_and_load(
+            str(BILM_CONFIGS / "tiny.jsonnet"),
+            overrides=bilm_data_overrides(
+                **{
+                    "trainer.num_epochs": 2,
+                    "dataset_reader": {"type": "elmo_bilm_corpus"},
+                    "validation_dataset_reader": {"type": "elmo_bilm_corpus"},
+                    "data_loader": {"batch_size": 2, "shuffle": True},
+                }
+            ),
+            seed=BILM_SEED,
+        )

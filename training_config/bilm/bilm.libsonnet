@@ -1,0 +1,67 @@
+// Shared pieces of the biLM training configs: `bilm.config(...)` returns a complete
+// `allennlp train` config for the elmo_bilm model. bilm-tf's training recipe is the default:
+// packed windows of 20 predictions with carried LSTM state, 128 streams per batch, a sampled
+// softmax with 8192 negatives, dropout 0.1, Adagrad (lr 0.2, accumulators starting at 1)
+// and the global gradient norm clipped at 10.
+{
+  // The architecture, in the options-JSON format of the published ELMo files.
+  options(filters, n_highway, cell_dim, projection_dim, n_layers=2, char_dim=16):: {
+    char_cnn: {
+      activation: 'relu',
+      filters: filters,
+      n_highway: n_highway,
+      embedding: { dim: char_dim },
+      n_characters: 262,
+      max_characters_per_token: 50,
+    },
+    lstm: {
+      dim: cell_dim,
+      projection_dim: projection_dim,
+      n_layers: n_layers,
+      cell_clip: 3,
+      proj_clip: 3,
+      use_skip_connections: true,
+    },
+  },
+
+  // The char CNN of every published ELMo (2048 filters of widths 1-7).
+  published_filters:: [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+
+  // vocabulary: {vocab_file: ...} (bilm-tf format) or {min_count: N} (built from the data).
+  // model: {options: ...} or {options_file: ..., weight_file: ...} (fine-tuning).
+  config(
+    model,
+    train_data_path,
+    validation_data_path,
+    vocabulary,
+    window_size=20,
+    num_streams=128,
+    num_samples=8192,
+    dropout=0.1,
+    lr=0.2,
+    num_epochs=10,
+    optimizer=null,  // default: bilm-tf's Adagrad with learning rate `lr`
+  ):: {
+    dataset_reader: {
+      type: 'elmo_bilm_corpus',
+      window_size: window_size,
+      num_streams: num_streams,
+      shuffle: true,
+    },
+    validation_dataset_reader: self.dataset_reader + { shuffle: false },
+    train_data_path: train_data_path,
+    validation_data_path: validation_data_path,
+    vocabulary: { type: 'bilm' } + vocabulary,
+    model: { type: 'elmo_bilm', dropout: dropout, num_samples: num_samples } + model,
+    // Packed windows reach the model in stream order: batch_size = num_streams, no shuffling.
+    data_loader: { batch_size: num_streams, shuffle: false },
+    trainer: {
+      optimizer: if optimizer == null
+      then { type: 'adagrad', lr: lr, initial_accumulator_value: 1.0 }
+      else optimizer,
+      grad_norm: 10.0,
+      num_epochs: num_epochs,
+      validation_metric: '-perplexity',
+    },
+  },
+}
