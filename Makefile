@@ -6,10 +6,11 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test
+.PHONY: install test demo
 
 install: $(INSTALLED)
 
@@ -26,3 +27,7 @@ $(INSTALLED): requirements.txt setup.cfg pyproject.toml
 
 test: install
 	$(BIN)/python -m pytest tests $(PYTEST_ARGS)
+
+# The whole ELMo recipe on a generated corpus, in minutes: see elmo_plugin/demo/run.py.
+demo: install
+	$(BIN)/python -m elmo_plugin.demo.run $(DEMO_ARGS)

@@ -141,7 +141,10 @@ class BiLmCorpusReader(DatasetReader):
             if not paths:
                 raise ConfigurationError(f"elmo_bilm_corpus: no file matches '{file_path}'.")
             return paths
-        return [cached_path(file_path)]
+        try:
+            return [cached_path(file_path)]
+        except FileNotFoundError as error:
+            raise ConfigurationError(f"elmo_bilm_corpus: {file_path} not found.") from error
 
     def _sentences(self, paths: List[str], file_path: str) -> Iterator[List[Token]]:
         paths = list(paths)

@@ -34,7 +34,10 @@ def read_bilm_vocab_file(vocab_file: str) -> List[str]:
     ignored, as bilm-tf does). Blank lines, duplicates and missing special tokens are errors
     that name the file and line.
     """
-    local_path = cached_path(vocab_file)
+    try:
+        local_path = cached_path(vocab_file)
+    except FileNotFoundError as error:
+        raise ConfigurationError(f"biLM vocab file {vocab_file} not found.") from error
     words: List[str] = []
     first_line: Dict[str, int] = {}
     with open(local_path, encoding="utf-8") as handle:

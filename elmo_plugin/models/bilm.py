@@ -163,8 +163,14 @@ class ElmoBiLmModel(Model):
         elif forward_tokens is not None and backward_tokens is not None and metadata is not None:
             forward_ids, forward_target_ids, forward_full_mask = self._unpack(forward_tokens)
             backward_ids, backward_target_ids, backward_full_mask = self._unpack(backward_tokens)
-            forward_inputs = self._bilm.embed_character_ids(forward_ids[:, :-1])
-            backward_inputs = self._bilm.embed_character_ids(backward_ids[:, 1:])
+            forward_ids, backward_ids = forward_ids[:, :-1], backward_ids[:, 1:]
+            if forward_ids.shape == backward_ids.shape:
+                # One pass over both windows: tokens shared between them are encoded once.
+                both = self._bilm.embed_character_ids(torch.cat([forward_ids, backward_ids]))
+                forward_inputs, backward_inputs = both.split(forward_ids.size(0))
+            else:
+                forward_inputs = self._bilm.embed_character_ids(forward_ids)
+                backward_inputs = self._bilm.embed_character_ids(backward_ids)
             forward_targets = forward_target_ids[:, 1:]
             backward_targets = backward_target_ids[:, :-1]
             forward_mask, backward_mask = forward_full_mask[:, 1:], backward_full_mask[:, 1:]

@@ -108,9 +108,11 @@ class LstmCellWithProjection(torch.nn.Module):
         will be exported.
         """
         if not parametrize.is_parametrized(self.state_linearity, "bias"):
+            requires_grad = self.state_linearity.bias.requires_grad
             parametrize.register_parametrization(
                 self.state_linearity, "bias", TfForgetBias(self.cell_size)
             )
+            self.state_linearity.parametrizations.bias.original.requires_grad = requires_grad
 
     def forward(
         self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState

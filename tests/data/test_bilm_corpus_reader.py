@@ -107,7 +107,7 @@ class TestBiLmCorpusReader(AllenNlpTestCase):
             list(BiLmCorpusReader().read(empty))
         with pytest.raises(ConfigurationError, match="no file matches"):
             list(BiLmCorpusReader().read(str(self.TEST_DIR / "missing-*.txt")))
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(ConfigurationError, match="missing.txt not found"):
             list(BiLmCorpusReader().read(str(self.TEST_DIR / "missing.txt")))
         bad = self.TEST_DIR / "bad.txt"
         bad.write_bytes(b"fine line\nbad \xff byte\n")

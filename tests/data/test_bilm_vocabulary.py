@@ -61,7 +61,7 @@ class TestBiLmVocabulary(AllenNlpTestCase):
             read_bilm_vocab_file(write("dup.txt", "<S>\n</S>\n<UNK>\na\na\n"))
         with pytest.raises(ConfigurationError, match=r"lacks <S>, <UNK>"):
             read_bilm_vocab_file(write("special.txt", "</S>\na\n"))
-        with pytest.raises(FileNotFoundError, match="missing.txt"):
+        with pytest.raises(ConfigurationError, match="vocab file .*missing.txt not found"):
             read_bilm_vocab_file(str(self.TEST_DIR / "missing.txt"))
         with pytest.raises(ConfigurationError, match="no room"):
             BiLmVocabulary.from_bilm_corpus(instances=[], max_vocab_size=3)

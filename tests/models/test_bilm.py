@@ -4,6 +4,7 @@ import os
 import numpy
 import pytest
 import torch
+from allennlp.commands.evaluate import evaluate_from_archive
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.params import Params
@@ -52,6 +53,15 @@ def test_training_drives_perplexity_far_below_the_vocabulary_and_its_start(train
     assert final < start / 4 and final < vocabulary_size / 4, (start, final)
     assert metrics["validation_forward_perplexity"] < vocabulary_size / 4
     assert metrics["validation_backward_perplexity"] < vocabulary_size / 4
+
+
+def test_allennlp_evaluate_reports_the_full_softmax_perplexity(trained_tiny_bilm):
+    metrics = evaluate_from_archive(str(trained_tiny_bilm / "model.tar.gz"), BILM_TRAIN_TEXT)
+    # The same text as validation, which runs in eval mode (full softmax) too; the archive
+    # holds the best epoch.
+    validation = json.loads((trained_tiny_bilm / "metrics.json").read_text())
+    for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert metrics[key] == pytest.approx(validation[f"best_validation_{key}"], rel=1e-5), key
 
 
 def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax():

@@ -1,0 +1,249 @@
+"""
+Training the biLM on this machine: throughput and a real (short) run.
+
+1. speed: training steps of the `elmo_bilm` model with the published small architecture
+   (2x1024_128_2048cnn_1xhighway) and bilm-tf's recipe (windows of 20, sampled softmax with
+   8192 negatives, Adagrad, gradient clipping) on Brown text: predicted tokens per second
+   (forward-direction positions, bilm-tf's count), and the fraction of the compute limit,
+   i.e. 3x the forward FLOPs of those steps divided by the time the measured matrix-product
+   rate would need.
+2. brown: train that model on the Brown corpus (tags stripped, vocabulary = words seen 3+
+   times) for a fixed time budget, then the full-softmax perplexity on the WikiText-2 and
+   PTB test sets, read as 64 streams with carried state (bilm-tf's run_test.py reads one),
+   and on held-out Brown sentences.
+
+    python benchmarks/train_bilm.py speed --streams 32 --steps 6
+    python benchmarks/train_bilm.py brown --minutes 30 --streams 32
+
+Needs ../shared/data (brown.zip, lm_eval/).
+"""
+import argparse
+import os
+import random
+import tempfile
+import time
+import zipfile
+from typing import Dict, List, Tuple
+
+import numpy
+import torch
+from allennlp.data.data_loaders import SimpleDataLoader
+from allennlp.training.util import evaluate
+
+from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
+from elmo_plugin.models.bilm import ElmoBiLmModel
+from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.weights.random_weights import SMALL_OPTIONS
+
+SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+OUTPUT = os.path.join(os.path.dirname(__file__), "output")  # git-ignored
+WINDOW_SIZE = 20
+NUM_SAMPLES = 8192
+
+
+def brown_sentences() -> List[str]:
+    """Brown's sentences (one per line in its files), `word/tag` -> `word`."""
+    sentences = []
+    with zipfile.ZipFile(os.path.join(SHARED_DATA, "brown.zip")) as archive:
+        for name in sorted(archive.namelist()):
+            base = os.path.basename(name)
+            if len(base) != 4 or not base[:2].isalpha():  # text files are ca01 ... cr09
+                continue
+            for line in archive.read(name).decode("utf-8").splitlines():
+                words = [token.rsplit("/", 1)[0] for token in line.split()]
+                if words:
+                    sentences.append(" ".join(words))
+    return sentences
+
+
+def write_lines(directory: str, name: str, lines: List[str]) -> str:
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{line}\n" for line in lines)
+    return path
+
+
+def gemm_rate() -> Dict[str, float]:
+    """GFLOP/s of float32 matrix products: a large square one and the LSTM's shapes."""
+    rates = {}
+    for label, (m, k, n) in {
+        "square 2048": (2048, 2048, 2048),
+        "lstm 640x128x4096": (640, 128, 4096),
+        "highway 4096x2048x4096": (4096, 2048, 4096),
+    }.items():
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        for _ in range(2):
+            a @ b
+        repeats = 5
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        rates[label] = 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
+    return rates
+
+
+def forward_flops(options: ElmoOptions, distinct_tokens: int, positions: int) -> float:
+    """Matrix-product FLOPs of one training forward pass (elementwise work ignored)."""
+    cnn = sum(
+        2 * width * options.char_embedding_dim * num * (options.max_characters_per_token - width + 1)
+        for width, num in options.filters
+    )
+    highway = options.n_highway * 2 * options.n_filters * 2 * options.n_filters
+    projection = 2 * options.n_filters * options.projection_dim
+    encoder = distinct_tokens * (cnn + highway + projection)
+    cell = options.cell_dim
+    lstm_per_position = options.n_layers * (
+        2 * options.projection_dim * 4 * cell  # input projection
+        + 2 * options.projection_dim * 4 * cell  # recurrent projection
+        + 2 * cell * options.projection_dim  # output projection
+    )
+    softmax_per_position = 2 * options.projection_dim * (NUM_SAMPLES + 1)
+    return encoder + 2 * positions * (lstm_per_position + softmax_per_position)
+
+
+def make_model(vocabulary, seed: int = 0) -> ElmoBiLmModel:
+    torch.manual_seed(seed)
+    numpy.random.seed(seed)
+    return ElmoBiLmModel(vocabulary, options=SMALL_OPTIONS, dropout=0.1, num_samples=NUM_SAMPLES)
+
+
+def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None):
+    """bilm-tf's step: loss, backward, global-norm clip at 10, Adagrad. Yields per-step facts."""
+    model.train()
+    step = 0
+    start = time.perf_counter()
+    for batch in data_loader:
+        step_start = time.perf_counter()
+        optimizer.zero_grad()
+        output = model(**batch)
+        output["loss"].backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        step += 1
+        forward_ids = batch["forward_tokens"]["elmo"]["elmo_tokens"][:, :-1]
+        backward_ids = batch["backward_tokens"]["elmo"]["elmo_tokens"][:, 1:]
+        all_ids = torch.cat([forward_ids, backward_ids]).reshape(-1, forward_ids.size(-1))
+        yield {
+            "seconds": time.perf_counter() - step_start,
+            "positions": int((forward_ids > 0).any(-1).sum()),
+            "distinct_tokens": int(torch.unique(all_ids, dim=0).size(0)),
+            "loss": float(output["loss"].detach()),
+        }
+        if max_steps is not None and step >= max_steps:
+            return
+        if max_seconds is not None and time.perf_counter() - start > max_seconds:
+            return
+
+
+def prepare_brown(directory: str, heldout: int = 500) -> Tuple[str, str, BiLmVocabulary]:
+    sentences = brown_sentences()
+    random.Random(0).shuffle(sentences)
+    train_path = write_lines(directory, "brown_train.txt", sentences[heldout:])
+    heldout_path = write_lines(directory, "brown_heldout.txt", sentences[:heldout])
+    reader = BiLmCorpusReader()
+    vocabulary = BiLmVocabulary.from_bilm_corpus(
+        instances=reader.read(train_path), min_count=3
+    )
+    return train_path, heldout_path, vocabulary
+
+
+def training_loader(path: str, vocabulary, streams: int):
+    reader = BiLmCorpusReader(window_size=WINDOW_SIZE, num_streams=streams, shuffle=True)
+    loader = SimpleDataLoader.from_dataset_reader(reader, path, batch_size=streams)
+    loader.index_with(vocabulary)
+    return loader
+
+
+def run_speed(args) -> None:
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as directory:
+        train_path, _, vocabulary = prepare_brown(directory)
+        model = make_model(vocabulary)
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        steps = list(
+            train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
+                        max_steps=args.steps)
+        )
+    measured = steps[1:]  # the first step includes one-off allocations
+    seconds = sum(s["seconds"] for s in measured)
+    positions = sum(s["positions"] for s in measured)
+    flops = sum(forward_flops(model.bilm.options, s["distinct_tokens"], s["positions"])
+                for s in measured)
+    rates = gemm_rate()
+    best_rate = max(rates.values())
+    print(f"small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
+          f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
+    print(f"steps measured: {len(measured)}, {seconds / len(measured):.2f} s/step, "
+          f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
+          f"of {2 * args.streams * WINDOW_SIZE}")
+    print(f"training throughput: {positions / seconds:.0f} tokens/s")
+    for label, rate in rates.items():
+        print(f"GEMM rate {label}: {rate:.1f} GFLOP/s")
+    achieved = 3 * flops / seconds / 1e9
+    print(f"3x forward FLOPs per second: {achieved:.1f} GFLOP/s = {achieved / best_rate:.0%} of the "
+          f"best measured GEMM rate ({best_rate:.1f} GFLOP/s)")
+    print(f"compute limit at that rate: {positions / seconds * best_rate / achieved:.0f} tokens/s")
+
+
+def stream_perplexity(model, vocabulary, path: str, streams: int = 64) -> Dict[str, float]:
+    """
+    Full-softmax perplexity of the text cut into `streams` streams, each read with carried
+    state (bilm-tf reads one stream, which is the same except at the streams' starts, and
+    ~30x slower on CPU).
+    """
+    reader = BiLmCorpusReader(window_size=WINDOW_SIZE, num_streams=streams)
+    loader = SimpleDataLoader(list(reader.read(path)), batch_size=streams)
+    loader.index_with(vocabulary)
+    metrics = evaluate(model, loader)
+    return {key: metrics[key] for key in ("forward_perplexity", "backward_perplexity", "perplexity")}
+
+
+def oov_rate(vocabulary, path: str) -> float:
+    words = vocabulary.get_token_to_index_vocabulary("lm_tokens")
+    tokens = [t for line in open(path, encoding="utf-8") for t in line.split()]
+    return sum(t not in words for t in tokens) / len(tokens)
+
+
+def run_brown(args) -> None:
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as directory:
+        train_path, heldout_path, vocabulary = prepare_brown(directory)
+        model = make_model(vocabulary)
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        steps = list(
+            train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
+                        max_seconds=args.minutes * 60)
+        )
+        trained_positions = sum(s["positions"] for s in steps)
+        train_tokens = sum(len(line.split()) + 2 for line in open(train_path, encoding="utf-8"))
+        print(f"trained {args.minutes} min: {len(steps)} steps, {trained_positions} tokens "
+              f"({trained_positions / train_tokens:.2f} epochs of Brown, {train_tokens} tokens), "
+              f"last 20 steps mean loss {numpy.mean([s['loss'] for s in steps[-20:]]):.3f}")
+        model.eval()
+        os.makedirs(OUTPUT, exist_ok=True)
+        torch.save(model.state_dict(), os.path.join(OUTPUT, "brown_bilm.th"))
+        evaluations = {"brown held-out (500 sentences)": heldout_path}
+        for name in ("wikitext2.test.txt", "ptb.test.txt"):
+            evaluations[name] = os.path.join(SHARED_DATA, "lm_eval", name)
+        for label, path in evaluations.items():
+            start = time.perf_counter()
+            result = stream_perplexity(model, vocabulary, path)
+            print(f"{label}: perplexity {result['perplexity']:.1f} (forward "
+                  f"{result['forward_perplexity']:.1f}, backward {result['backward_perplexity']:.1f}), "
+                  f"OOV rate {oov_rate(vocabulary, path):.1%}, {time.perf_counter() - start:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=["speed", "brown"])
+    parser.add_argument("--streams", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args()
+    run_speed(args) if args.part == "speed" else run_brown(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""`make demo`: the whole ELMo recipe on a generated corpus (see `elmo_plugin.demo.run`)."""

@@ -1,0 +1,62 @@
+import torch
+
+from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.modules.elmo_lstm import ElmoLstm, LstmCellWithProjection
+from elmo_plugin.weights import layout
+from elmo_plugin.weights.options import ElmoOptions
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+
+
+def test_tf_forget_bias_adds_one_to_the_forget_gate_in_float32_whatever_the_dtype():
+    cell = LstmCellWithProjection(4, 3, 5)
+    cell.state_linearity.bias.data.uniform_(-1e-3, 1e-3)
+    folded = cell.state_linearity.bias.detach().clone()
+    cell.store_bias_as_in_file()
+    stored = cell.state_linearity.parametrizations.bias.original
+    assert torch.equal(stored[:5], folded[:5]) and torch.equal(stored[10:], folded[10:])
+    assert torch.allclose(stored[5:10], folded[5:10] - 1.0)
+    cell.double()
+    with torch.no_grad():
+        stored.fill_(1e-10)  # 1.0 + 1e-10 is 1.0 in float32, not in float64
+    effective = cell.state_linearity.bias
+    assert effective.dtype == torch.float64
+    assert torch.equal(effective[5:10], torch.ones(5, dtype=torch.float64))
+    assert torch.equal(effective[:5], stored[:5].float().double())
+
+
+def test_parametrized_biases_keep_requires_grad():
+    frozen = ElmoLstm(4, 3, 5, num_layers=2, requires_grad=False)
+    frozen.store_biases_as_in_file()
+    assert not any(parameter.requires_grad for parameter in frozen.parameters())
+    trainable = ElmoLstm(4, 3, 5, num_layers=2, requires_grad=True)
+    trainable.store_biases_as_in_file()
+    assert all(parameter.requires_grad for parameter in trainable.parameters())
+
+
+def test_a_bilm_with_biases_as_in_the_file_loads_them_unchanged_and_computes_the_same():
+    character_ids = torch.randint(1, 200, (2, 4, 50))
+    plain = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    as_in_file = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, bias_as_in_file=True)
+    options = ElmoOptions.from_file(ELMO_OPTIONS_FILE)
+    in_file = layout.read_weight_file(ELMO_WEIGHT_FILE, options)
+    exported = as_in_file.weight_arrays()
+    assert all((exported[name] == array).all() for name, array in in_file.items())
+    plain_layers = plain(character_ids)["activations"]
+    for ours, theirs in zip(plain_layers, as_in_file(character_ids)["activations"]):
+        assert torch.equal(ours, theirs)
+
+
+def test_the_backward_cells_can_read_other_inputs():
+    torch.manual_seed(0)
+    lstm = ElmoLstm(4, 3, 5, num_layers=2).double()
+    forward_text, backward_text = torch.randn(2, 6, 4).double(), torch.randn(2, 6, 4).double()
+    mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
+    backward_mask = torch.tensor([[True] * 3 + [False] * 3, [True] * 6])
+    state = lstm.zero_state(2, forward_text)
+    mixed, (mixed_h, _) = lstm(forward_text, mask, state, backward_text, backward_mask)
+    forward_only, (forward_h, _) = lstm(forward_text, mask, state)
+    backward_only, (backward_h, _) = lstm(backward_text, backward_mask, state)
+    assert torch.equal(mixed[..., :3], forward_only[..., :3])
+    assert torch.equal(mixed[..., 3:], backward_only[..., 3:])
+    assert torch.equal(mixed_h[..., :3], forward_h[..., :3])
+    assert torch.equal(mixed_h[..., 3:], backward_h[..., 3:])
