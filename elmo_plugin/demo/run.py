@@ -173,7 +173,7 @@ Reuse them:
     allennlp predict {output}/sense_tagger_elmo/model.tar.gz my_tagging_input.jsonl
     in a config: "elmo": {{"type": "elmo_token_embedder", "options_file": "{options_file}",
                           "weight_file": "{weight_file}", "do_layer_norm": false, "dropout": 0.5}}
-Your own corpus instead: see README.md, "Training your own biLM".
+Your own corpus instead: README.md, "Steps 1 and 2: train your own biLM".
 (demo finished in {(time.time() - started) / 60:.1f} minutes)""")
 
 

@@ -118,8 +118,12 @@ def plot_senses(
         for column, layer in enumerate(layers):
             points = numpy.stack([vectors[i][layer] for i in indices])
             centred = points - points.mean(axis=0)
-            _, _, components = numpy.linalg.svd(centred, full_matrices=False)
-            projected = centred @ components[:2].T
+            if numpy.abs(centred).max() <= 1e-5 * numpy.abs(points).max():
+                # One vector (layer 0), up to float rounding that PCA would blow up.
+                projected = numpy.zeros((len(points), 2))
+            else:
+                _, _, components = numpy.linalg.svd(centred, full_matrices=False)
+                projected = centred @ components[:2].T
             axis = axes[row][column]
             for sense in senses:
                 mask = numpy.array([sentences[i].sense == sense for i in indices])

@@ -12,7 +12,11 @@ from allennlp.models.model import Model
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from overrides import overrides
 
-from elmo_plugin.data.bilm_corpus_reader import CHARACTERS_KEY, LM_NAMESPACE, TARGETS_KEY
+from elmo_plugin.data.bilm_corpus_reader import (
+    CHARACTERS_KEY,
+    LM_NAMESPACE,
+    TARGETS_KEY,
+)
 from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
