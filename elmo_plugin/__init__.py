@@ -22,7 +22,11 @@ from elmo_plugin.data import (  # noqa: E402
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
-from elmo_plugin.commands import ElmoCommand, ElmoExportCommand  # noqa: E402,F401  (subcommands)
+from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommands)
+    ElmoCommand,
+    ElmoExportCommand,
+    ElmoTokenVectorsCommand,
+)
 from elmo_plugin.weights import ElmoOptions  # noqa: E402
 
 __all__ = [

@@ -2,3 +2,4 @@
 # ruff: noqa: F401
 from elmo_plugin.commands.elmo import ElmoCommand
 from elmo_plugin.commands.export import ElmoExportCommand
+from elmo_plugin.commands.token_vectors import ElmoTokenVectorsCommand

@@ -28,11 +28,11 @@ UNKNOWN_TOKEN = "<UNK>"
 SPECIAL_TOKENS = (ElmoCharacterMapper.bos_token, ElmoCharacterMapper.eos_token, UNKNOWN_TOKEN)
 
 
-def read_bilm_vocab_file(vocab_file: str) -> List[str]:
+def read_bilm_vocab_file(vocab_file: str, require_special_tokens: bool = True) -> List[str]:
     """
     Reads a bilm-tf vocab file: one word per line (a second column, such as a count, is
-    ignored, as bilm-tf does). Blank lines, duplicates and missing special tokens are errors
-    that name the file and line.
+    ignored, as bilm-tf does). Blank lines, duplicates and (unless `require_special_tokens` is
+    false: a plain word list) missing special tokens are errors that name the file and line.
     """
     try:
         local_path = cached_path(vocab_file)
@@ -57,7 +57,7 @@ def read_bilm_vocab_file(vocab_file: str) -> List[str]:
             first_line[word] = line_number
             words.append(word)
     missing = [token for token in SPECIAL_TOKENS if token not in first_line]
-    if missing:
+    if missing and require_special_tokens:
         raise ConfigurationError(
             f"biLM vocab file {vocab_file} lacks {', '.join(missing)}: a biLM vocabulary needs "
             f"{', '.join(SPECIAL_TOKENS)} (bilm-tf puts them on the first three lines)."

@@ -268,16 +268,25 @@ class ElmoBiLm(torch.nn.Module):
         return state
 
     @torch.no_grad()
-    def create_cached_cnn_embeddings(self, tokens: List[str]) -> None:
-        """Computes the char-CNN vector of every token in `tokens` for word-id input."""
+    def token_vectors(self, tokens: List[str]) -> torch.Tensor:
+        """
+        The context-free (char CNN) vector of every token, `(len(tokens), projection_dim)`:
+        layer 0 of `forward` for that token, in any context (bilm-tf's token embeddings).
+        """
         reference = self._token_embedder._char_embedding_weights
-        all_tokens = [ElmoCharacterMapper.bos_token, ElmoCharacterMapper.eos_token] + list(tokens)
-        vectors = []
-        for start in range(0, len(all_tokens), _VOCABULARY_CHUNK_SIZE):
-            chunk = all_tokens[start : start + _VOCABULARY_CHUNK_SIZE]
+        vectors = [reference.new_zeros(0, self.options.projection_dim)]
+        for start in range(0, len(tokens), _VOCABULARY_CHUNK_SIZE):
+            chunk = list(tokens[start : start + _VOCABULARY_CHUNK_SIZE])
             character_ids = batch_to_ids([chunk])[0].to(reference.device)
             vectors.append(self._token_embedder.embed_tokens(character_ids))
-        embeddings = torch.cat(vectors, dim=0)
+        return torch.cat(vectors, dim=0)
+
+    @torch.no_grad()
+    def create_cached_cnn_embeddings(self, tokens: List[str]) -> None:
+        """Computes the char-CNN vector of every token in `tokens` for word-id input."""
+        embeddings = self.token_vectors(
+            [ElmoCharacterMapper.bos_token, ElmoCharacterMapper.eos_token] + list(tokens)
+        )
         self.register_buffer("_bos_embedding", embeddings[0].clone(), persistent=False)
         self.register_buffer("_eos_embedding", embeddings[1].clone(), persistent=False)
         self._word_embedding = torch.nn.Embedding.from_pretrained(
