@@ -155,15 +155,21 @@ def training_loader(path: str, vocabulary, streams: int):
     return loader
 
 
+def train_on_brown(directory: str, streams: int, **limits):
+    """Brown prepared in `directory`, a fresh model trained within `limits` (see train_steps)."""
+    train_path, heldout_path, vocabulary = prepare_brown(directory)
+    model = make_model(vocabulary)
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    loader = training_loader(train_path, vocabulary, streams)
+    steps = list(train_steps(model, loader, optimizer, **limits))
+    return model, vocabulary, steps, train_path, heldout_path
+
+
 def run_speed(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
-        train_path, _, vocabulary = prepare_brown(directory)
-        model = make_model(vocabulary)
-        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
-        steps = list(
-            train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
-                        max_steps=args.steps)
+        model, vocabulary, steps, _, _ = train_on_brown(
+            directory, args.streams, max_steps=args.steps
         )
     measured = steps[1:]  # the first step includes one-off allocations
     seconds = sum(s["seconds"] for s in measured)
@@ -208,12 +214,8 @@ def oov_rate(vocabulary, path: str) -> float:
 def run_brown(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
-        train_path, heldout_path, vocabulary = prepare_brown(directory)
-        model = make_model(vocabulary)
-        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
-        steps = list(
-            train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
-                        max_seconds=args.minutes * 60)
+        model, vocabulary, steps, train_path, heldout_path = train_on_brown(
+            directory, args.streams, max_seconds=args.minutes * 60
         )
         trained_positions = sum(s["positions"] for s in steps)
         train_tokens = sum(len(line.split()) + 2 for line in open(train_path, encoding="utf-8"))
