@@ -4,6 +4,8 @@ elmo_plugin: ELMo (Peters et al. 2018) for AllenNLP, end to end.
 Importing the package registers its components under AllenNLP's names (`elmo_characters`,
 `elmo_token_embedder`), replacing AllenNLP's own implementations in every config, and adds
 the biLM training pieces (`elmo_bilm` model, `elmo_bilm_corpus` reader, `bilm` vocabulary).
+It also sets defaults for the ELMo environment variables the task configs read (see
+`elmo_plugin.training.config_environment`).
 """
 import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp's imports)
 
@@ -27,7 +29,13 @@ from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommand
     ElmoExportCommand,
     ElmoTokenVectorsCommand,
 )
+from elmo_plugin.training.config_environment import (  # noqa: E402
+    apply_config_environment_defaults,
+)
 from elmo_plugin.weights import ElmoOptions  # noqa: E402
+
+# Before `allennlp` reads a config: the ELMo files of training_config/'s task configs.
+apply_config_environment_defaults()
 
 __all__ = [
     "BiLmCorpusReader",

@@ -1,0 +1,118 @@
+"""
+The task configs in training_config/: each trains for one epoch on tiny data with the fixture
+biLM, in this process (`train_model_from_file`), with the paper's ELMo settings in place.
+"""
+import json
+import math
+import os
+import re
+from unittest import mock
+
+import allennlp_models.structured_prediction  # noqa: F401  (srl reader and model)
+import allennlp_models.tagging  # noqa: F401  (conll2000/conll2003 readers, crf_tagger)
+import pytest
+import torch
+from allennlp.commands.train import train_model_from_file
+from allennlp.common import Params
+from allennlp.common.testing import AllenNlpTestCase
+
+from elmo_plugin import ElmoTokenEmbedder
+from elmo_plugin.training.config_environment import (
+    ORIGINAL_ELMO,
+    apply_config_environment_defaults,
+)
+from tests.helpers import (
+    ELMO_OPTIONS_FILE,
+    ELMO_WEIGHT_FILE,
+    REPO_ROOT,
+    SHARED_FIXTURES,
+    TEST_FIXTURES,
+)
+
+CONFIGS = REPO_ROOT / "training_config"
+TASKS = TEST_FIXTURES / "tasks"
+
+# config -> (its data variables' prefix, tiny training data, the validation metric)
+TASK_CONFIGS = {
+    "srl_elmo.jsonnet": ("SRL", SHARED_FIXTURES / "srl", "f1-measure-overall"),
+    "ner_elmo.jsonnet": ("NER", SHARED_FIXTURES / "ner" / "conll2003.txt", "f1-measure-overall"),
+    "chunking_elmo.jsonnet": ("CHUNKING", TASKS / "conll2000.txt", "f1-measure-overall"),
+    "pos_elmo.jsonnet": ("POS", TASKS / "pos.txt", "accuracy"),
+    "sentiment_elmo.jsonnet": ("SENTIMENT", TASKS / "sentiment.jsonl", "accuracy"),
+}
+
+
+def task_environment(config: str, **elmo_variables: str):
+    prefix, data, _ = TASK_CONFIGS[config]
+    environment = {f"{prefix}_TRAIN_DATA_PATH": str(data), f"{prefix}_VALIDATION_DATA_PATH": str(data)}
+    environment.update(elmo_variables)
+    return environment
+
+
+def without_elmo_variables():
+    return {name: value for name, value in os.environ.items() if name not in ORIGINAL_ELMO}
+
+
+class TestTaskConfigs(AllenNlpTestCase):
+    @pytest.mark.parametrize("config", sorted(TASK_CONFIGS))
+    def test_trains_one_epoch_with_the_fixture_bilm(self, config):
+        elmo_variables = {"ELMO_OPTIONS_FILE": ELMO_OPTIONS_FILE, "ELMO_WEIGHT_FILE": ELMO_WEIGHT_FILE}
+        apply_config_environment_defaults(elmo_variables)
+        assert elmo_variables["ELMO_DIM"] == "32"  # read from the fixture's options file
+        environment = dict(without_elmo_variables(), **task_environment(config, **elmo_variables))
+        serialization_dir = self.TEST_DIR / config
+        with mock.patch.dict(os.environ, environment, clear=True):
+            model = train_model_from_file(
+                str(CONFIGS / config),
+                str(serialization_dir),
+                overrides=json.dumps({"trainer.num_epochs": 1, "trainer.cuda_device": -1}),
+            )
+        metrics = json.loads((serialization_dir / "metrics.json").read_text())
+        assert math.isfinite(metrics["training_loss"])
+        validation_metric = TASK_CONFIGS[config][2]
+        assert 0.0 <= metrics[f"validation_{validation_metric}"] <= 1.0
+
+        elmo = model._text_field_embedder._token_embedders["elmo"] if hasattr(
+            model, "_text_field_embedder") else model.text_field_embedder._token_embedders["elmo"]
+        assert type(elmo) is ElmoTokenEmbedder
+        assert elmo._elmo._dropout.p == 0.5
+        assert not elmo._elmo.scalar_mix_0.do_layer_norm
+        # The L2 penalty reaches the scalar-mix weights and nothing else.
+        penalised = [name for name, _ in model.named_parameters()
+                     if any(re.search(regex, name) for regex, _ in model._regularizer._regularizers)]
+        assert penalised and all("scalar_parameters" in name for name in penalised)
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if name in penalised:
+                    parameter.fill_(2.0)
+            assert float(model.get_regularization_penalty()) == pytest.approx(0.001 * 4.0 * len(penalised))
+
+    def test_defaults_are_the_published_original_elmo(self):
+        environment = task_environment("sentiment_elmo.jsonnet")
+        apply_config_environment_defaults(environment)
+        with mock.patch.dict(os.environ, dict(without_elmo_variables(), **environment), clear=True):
+            params = Params.from_file(str(CONFIGS / "sentiment_elmo.jsonnet"))
+        embedder = params["model"]["text_field_embedder"]["token_embedders"]["elmo"]
+        assert embedder["options_file"] == ORIGINAL_ELMO["ELMO_OPTIONS_FILE"]
+        assert embedder["weight_file"] == ORIGINAL_ELMO["ELMO_WEIGHT_FILE"]
+        assert params["model"]["seq2vec_encoder"]["input_size"] == 50 + 1024
+
+    def test_user_variables_are_kept(self):
+        environment = {"ELMO_OPTIONS_FILE": "mine.json", "ELMO_WEIGHT_FILE": "mine.hdf5", "ELMO_DIM": "7"}
+        apply_config_environment_defaults(environment)
+        assert environment == {"ELMO_OPTIONS_FILE": "mine.json", "ELMO_WEIGHT_FILE": "mine.hdf5", "ELMO_DIM": "7"}
+        # A size that cannot be known without a download stays unset: Jsonnet names it.
+        environment = {"ELMO_OPTIONS_FILE": "https://example.org/options.json", "ELMO_WEIGHT_FILE": "w.hdf5"}
+        apply_config_environment_defaults(environment)
+        assert "ELMO_DIM" not in environment
+        with mock.patch.dict(os.environ, dict(without_elmo_variables(), **task_environment(
+                "pos_elmo.jsonnet", **environment)), clear=True):
+            with pytest.raises(RuntimeError, match="undefined external variable: ELMO_DIM"):
+                Params.from_file(str(CONFIGS / "pos_elmo.jsonnet"))
+
+    def test_a_missing_data_variable_is_named(self):
+        environment = task_environment("ner_elmo.jsonnet", **ORIGINAL_ELMO)
+        del environment["NER_VALIDATION_DATA_PATH"]
+        with mock.patch.dict(os.environ, dict(without_elmo_variables(), **environment), clear=True):
+            with pytest.raises(RuntimeError, match="undefined external variable: NER_VALIDATION_DATA_PATH"):
+                Params.from_file(str(CONFIGS / "ner_elmo.jsonnet"))
