@@ -63,16 +63,7 @@ def export_bilm(archive: str, output_directory: str, overwrite: bool = False) ->
     `output_directory`; returns their paths by role (`options`, `weights`, `vocabulary`). Each
     file is written to a temporary name and renamed when complete.
     """
-    paths = {
-        "options": os.path.join(output_directory, OPTIONS_NAME),
-        "weights": os.path.join(output_directory, WEIGHTS_NAME),
-        "vocabulary": os.path.join(output_directory, VOCABULARY_NAME),
-    }
-    existing = [path for path in paths.values() if os.path.exists(path)]
-    if existing and not overwrite:
-        raise ConfigurationError(
-            f"elmo-export: {', '.join(existing)} already exist; pass --overwrite to replace them."
-        )
+    _refuse_to_overwrite(output_directory, overwrite)
     if not os.path.exists(archive):
         raise ConfigurationError(f"elmo-export: no such archive or directory: {archive}")
     model = load_archive(archive).model
@@ -80,6 +71,16 @@ def export_bilm(archive: str, output_directory: str, overwrite: bool = False) ->
         raise ConfigurationError(
             f"elmo-export: {archive} holds a {type(model).__name__}, not an elmo_bilm model."
         )
+    paths = export_bilm_model(model, output_directory, overwrite)
+    logger.info("Exported the biLM of %s to %s", archive, output_directory)
+    return paths
+
+
+def export_bilm_model(
+    model: ElmoBiLmModel, output_directory: str, overwrite: bool = False
+) -> Dict[str, str]:
+    """`export_bilm` for a model in memory (e.g. one trained by a script, not by `allennlp train`)."""
+    paths = _refuse_to_overwrite(output_directory, overwrite)
     bilm = model.bilm
     words = BiLmVocabulary.words(model.vocab)
     # bilm-tf's training keys, as the published options files carry them.
@@ -95,5 +96,19 @@ def export_bilm(archive: str, output_directory: str, overwrite: bool = False) ->
     layout.write_weight_file(paths["weights"], bilm.weight_arrays(), options)
     options.to_file(paths["options"])
     write_bilm_vocab_file(paths["vocabulary"], words)
-    logger.info("Exported the biLM of %s to %s", archive, output_directory)
+    return paths
+
+
+def _refuse_to_overwrite(output_directory: str, overwrite: bool) -> Dict[str, str]:
+    """The export's file paths by role; raises if any exists and `overwrite` is not set."""
+    paths = {
+        "options": os.path.join(output_directory, OPTIONS_NAME),
+        "weights": os.path.join(output_directory, WEIGHTS_NAME),
+        "vocabulary": os.path.join(output_directory, VOCABULARY_NAME),
+    }
+    existing = [path for path in paths.values() if os.path.exists(path)]
+    if existing and not overwrite:
+        raise ConfigurationError(
+            f"elmo-export: {', '.join(existing)} already exist; pass --overwrite to replace them."
+        )
     return paths
