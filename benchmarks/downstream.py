@@ -37,9 +37,9 @@ import torch
 from allennlp.commands.train import train_model
 from allennlp.common import Params
 from nltk import Tree
+from train_bilm import SHARED_DATA, make_model, prepare_brown, train_on_brown
 
 from elmo_plugin.commands.export import export_bilm_model
-from train_bilm import SHARED_DATA, make_model, prepare_brown, train_on_brown
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(REPO_ROOT, "training_config")

@@ -22,6 +22,7 @@ from elmo_plugin.data import (  # noqa: E402
     batch_to_ids,
 )
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
+from elmo_plugin.predictors import ElmoBiLmPredictor  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
 from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommands)
@@ -43,6 +44,7 @@ __all__ = [
     "Elmo",
     "ElmoBiLm",
     "ElmoBiLmModel",
+    "ElmoBiLmPredictor",
     "ElmoCharacterMapper",
     "ElmoEmbedder",
     "ElmoOptions",

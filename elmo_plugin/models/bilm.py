@@ -68,6 +68,9 @@ class ElmoBiLmModel(Model):
         optimizer such as `dense_sparse_adam`).
     """
 
+    # `allennlp predict` on an archive of this model: next/previous words, sentence scores.
+    default_predictor = "elmo_bilm"
+
     def __init__(
         self,
         vocab: Vocabulary,
@@ -157,14 +160,16 @@ class ElmoBiLmModel(Model):
         `loss` (the training objective), `forward_loss` and `backward_loss` (mean negative
         log-likelihood per predicted token of each direction), and `num_targets`.
         """
+        if tokens is None and (forward_tokens is None or backward_tokens is None or metadata is None):
+            raise ConfigurationError(
+                "elmo_bilm: expected a 'tokens' field (sentences) or 'forward_tokens', "
+                "'backward_tokens' and 'metadata' (packed windows) from elmo_bilm_corpus."
+            )
         if tokens is not None:
-            character_ids, target_ids, mask = self._unpack(tokens)
-            embedded = self._bilm.embed_character_ids(character_ids)
-            forward_inputs, backward_inputs = embedded[:, :-1], embedded[:, 1:]
-            forward_targets, backward_targets = target_ids[:, 1:], target_ids[:, :-1]
-            forward_mask = backward_mask = mask[:, 1:]
-            initial_state = self._bilm.lstm.zero_state(embedded.size(0), embedded)
-        elif forward_tokens is not None and backward_tokens is not None and metadata is not None:
+            forward_output, backward_output, targets, mask = self._read_sentences(tokens)
+            forward_targets, backward_targets = targets
+            forward_mask = backward_mask = mask
+        else:
             forward_ids, forward_target_ids, forward_full_mask = self._unpack(forward_tokens)
             backward_ids, backward_target_ids, backward_full_mask = self._unpack(backward_tokens)
             forward_ids, backward_ids = forward_ids[:, :-1], backward_ids[:, 1:]
@@ -179,21 +184,13 @@ class ElmoBiLmModel(Model):
             backward_targets = backward_target_ids[:, :-1]
             forward_mask, backward_mask = forward_full_mask[:, 1:], backward_full_mask[:, 1:]
             initial_state = self._window_start_state(metadata, forward_inputs)
-        else:
-            raise ConfigurationError(
-                "elmo_bilm: expected a 'tokens' field (sentences) or 'forward_tokens', "
-                "'backward_tokens' and 'metadata' (packed windows) from elmo_bilm_corpus."
+            forward_output, backward_output, final_state = self._read(
+                forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
             )
-        layer_outputs, final_state = self._bilm.lstm(
-            forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
-        )
-        if tokens is None:
             self._carried[self.training] = (
                 (final_state[0].detach(), final_state[1].detach()),
-                metadata[0]["step"],  # type: ignore
+                metadata[0]["step"],
             )
-        top_layer = self._output_dropout(layer_outputs[-1])
-        forward_output, backward_output = top_layer.split(self._bilm.options.projection_dim, -1)
         output: Dict[str, torch.Tensor] = {}
         direction_losses = []
         num_targets = 0
@@ -220,6 +217,79 @@ class ElmoBiLmModel(Model):
         # Not get_text_field_mask: it would read the word ids, where 0 is `<S>`, not padding.
         mask = (character_ids > 0).any(dim=-1)
         return character_ids, tokens[TARGETS_KEY]["tokens"], mask
+
+    def _read(
+        self,
+        forward_inputs: torch.Tensor,
+        forward_mask: torch.BoolTensor,
+        initial_state: LstmState,
+        backward_inputs: torch.Tensor,
+        backward_mask: torch.BoolTensor,
+    ) -> Tuple[torch.Tensor, torch.Tensor, LstmState]:
+        """Both LMs' top-layer outputs (after the output dropout) and the final LSTM state."""
+        layer_outputs, final_state = self._bilm.lstm(
+            forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
+        )
+        top_layer = self._output_dropout(layer_outputs[-1])
+        forward_output, backward_output = top_layer.split(self._bilm.options.projection_dim, -1)
+        return forward_output, backward_output, final_state
+
+    def _read_sentences(
+        self, tokens: TextFieldTensors
+    ) -> Tuple[torch.Tensor, torch.Tensor, Tuple[torch.Tensor, torch.Tensor], torch.BoolTensor]:
+        """
+        Sentences (`<S>` w_1 ... w_n `</S>`) read by both LMs: the forward LM's outputs at
+        `<S>` ... w_n predict w_1 ... `</S>`, the backward LM's at w_1 ... `</S>` predict
+        `<S>` ... w_n. Returns both outputs (batch, length - 1, dim), the (forward, backward)
+        target ids and the mask of real positions.
+        """
+        character_ids, target_ids, mask = self._unpack(tokens)
+        embedded = self._bilm.embed_character_ids(character_ids)
+        mask = mask[:, 1:]
+        initial_state = self._bilm.lstm.zero_state(embedded.size(0), embedded)
+        forward_output, backward_output, _ = self._read(
+            embedded[:, :-1], mask, initial_state, embedded[:, 1:], mask
+        )
+        return forward_output, backward_output, (target_ids[:, 1:], target_ids[:, :-1]), mask
+
+    def log_probabilities(self, outputs: torch.Tensor) -> torch.Tensor:
+        """The full softmax's log-probabilities (natural log) of every word, for LM outputs."""
+        weight, bias = self._softmax_loss.softmax_w, self._softmax_loss.softmax_b
+        if isinstance(weight, torch.nn.Embedding):  # sparse_softmax stores them as embeddings
+            weight, bias = weight.weight, bias.weight.squeeze(1)
+        return torch.log_softmax(outputs @ weight.t() + bias, dim=-1)
+
+    def score_sentences(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:
+        """
+        Full-softmax log-probabilities of sentence instances under both LMs (call it in eval
+        mode: in training mode the output dropout applies).
+
+        # Returns
+
+        `forward_log_probs` : (batch, n + 1), log P(w_i | w_<i) for w_1 ... w_n and `</S>`.
+        `backward_log_probs` : (batch, n + 1), log P(w_i | w_>i) for `<S>`, w_1 ... w_n.
+        `mask` : (batch, n + 1), the real positions of both (n differs per sentence).
+        `next_word_log_probs` : (batch, vocabulary), the forward LM's distribution of the word
+        after w_n (the one `</S>` was scored against; `</S>` itself = the sentence ends).
+        `previous_word_log_probs` : (batch, vocabulary), the backward LM's distribution of the
+        word before w_1 (`<S>` = the sentence starts there).
+        """
+        forward_output, backward_output, (forward_targets, backward_targets), mask = (
+            self._read_sentences(tokens)
+        )
+        forward_all = self.log_probabilities(forward_output)
+        backward_all = self.log_probabilities(backward_output)
+        last = mask.sum(dim=1) - 1
+        rows = torch.arange(mask.size(0), device=mask.device)
+        return {
+            "forward_log_probs": forward_all.gather(-1, forward_targets.unsqueeze(-1)).squeeze(-1)
+            * mask,
+            "backward_log_probs": backward_all.gather(-1, backward_targets.unsqueeze(-1)).squeeze(-1)
+            * mask,
+            "mask": mask,
+            "next_word_log_probs": forward_all[rows, last],
+            "previous_word_log_probs": backward_all[:, 0],
+        }
 
     def _window_start_state(
         self, metadata: List[Dict[str, int]], reference: torch.Tensor

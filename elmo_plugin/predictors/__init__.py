@@ -1,0 +1,3 @@
+from elmo_plugin.predictors.bilm import ElmoBiLmPredictor
+
+__all__ = ["ElmoBiLmPredictor"]

@@ -1,0 +1,170 @@
+"""
+The `elmo_bilm` predictor: a trained biLM as a language model (next words, previous words,
+sentence scores), for `allennlp predict` and for Python.
+"""
+import math
+from typing import Any, Dict, List, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import JsonDict, sanitize
+from allennlp.data import Batch, DatasetReader, Instance, Token
+from allennlp.models import Model
+from allennlp.nn import util as nn_util
+from allennlp.predictors.predictor import Predictor
+from overrides import overrides
+
+from elmo_plugin.data.bilm_corpus_reader import LM_NAMESPACE, BiLmCorpusReader
+from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS
+from elmo_plugin.models.bilm import ElmoBiLmModel
+
+BOS, EOS, UNKNOWN = SPECIAL_TOKENS
+# One JSON line asks for exactly one of these.
+REQUEST_KEYS = ("prefix", "suffix", "sentence")
+
+
+@Predictor.register("elmo_bilm")
+class ElmoBiLmPredictor(Predictor):
+    """
+    Asks an `elmo_bilm` model (full softmax, no dropout) one of three things per JSON object.
+    Text is a string split on whitespace (tokenise it as the biLM's corpus was) or a list of
+    tokens; `top_k` defaults to 10.
+
+    - `{"prefix": "the cat sat on the", "top_k": 5}` -> `next_words`: the forward LM's most
+      probable next words, `[{"word", "probability"}, ...]`. `</S>` among them means "the
+      sentence ends here". An empty prefix gives the distribution of a sentence's first word.
+    - `{"suffix": "on the mat ."}` -> `previous_words`: the backward LM's most probable words
+      before the suffix (`<S>`: the sentence starts there). An empty suffix gives the last word.
+    - `{"sentence": "the cat sat ."}` -> its natural-log probability under each LM
+      (`forward_log_prob` = sum of `forward_log_probs`, one per word and the closing `</S>`;
+      `backward_log_prob` likewise with the opening `<S>`) and their mean `log_prob`; per word
+      the surprisal in bits under each LM (`forward_surprisal`, `backward_surprisal`) and their
+      mean (`surprisal`).
+
+    Unknown words: the char CNN reads every word, so an out-of-vocabulary word in the context
+    is used like any other. As a predicted or scored word it is `<UNK>`, which stands for all
+    words outside the vocabulary together (`unknown` marks them in a sentence's output). `<S>`
+    as a next word and `</S>` as a previous word are impossible and never listed.
+
+    # Parameters
+
+    model : `Model`
+        An `ElmoBiLmModel`.
+    dataset_reader : `DatasetReader`
+        The archive's reader; the predictor reads sentences with a sentence-mode
+        `elmo_bilm_corpus` reader whatever it is (a training reader usually packs windows).
+    """
+
+    def __init__(self, model: Model, dataset_reader: DatasetReader) -> None:
+        if not isinstance(model, ElmoBiLmModel):
+            raise ConfigurationError(
+                f"The elmo_bilm predictor needs an elmo_bilm model, not {type(model).__name__}."
+            )
+        super().__init__(model.eval(), BiLmCorpusReader())
+        self._words = model.vocab.get_index_to_token_vocabulary(LM_NAMESPACE)
+        self._word_ids = model.vocab.get_token_to_index_vocabulary(LM_NAMESPACE)
+
+    def next_words(self, prefix: Any, top_k: int = 10) -> JsonDict:
+        return self.predict_json({"prefix": prefix, "top_k": top_k})
+
+    def previous_words(self, suffix: Any, top_k: int = 10) -> JsonDict:
+        return self.predict_json({"suffix": suffix, "top_k": top_k})
+
+    def score(self, sentence: Any) -> JsonDict:
+        return self.predict_json({"sentence": sentence})
+
+    @overrides
+    def predict_json(self, inputs: JsonDict) -> JsonDict:
+        return self.predict_batch_json([inputs])[0]
+
+    @overrides
+    def predict_batch_json(self, inputs: List[JsonDict]) -> List[JsonDict]:
+        requests = [self._parse_request(json_dict) for json_dict in inputs]
+        instances = [self._json_to_instance(json_dict) for json_dict in inputs]
+        scores = self._score_instances(instances)
+        outputs = []
+        for index, (kind, words, top_k) in enumerate(requests):
+            row = {name: value[index] for name, value in scores.items()}
+            if kind == "prefix":
+                output = {"prefix": [t.text for t in words],
+                          "next_words": self._top_words(row["next_word_log_probs"], top_k, BOS)}
+            elif kind == "suffix":
+                output = {"suffix": [t.text for t in words],
+                          "previous_words": self._top_words(row["previous_word_log_probs"], top_k, EOS)}
+            else:
+                output = self._sentence_scores(words, row)
+            outputs.append(sanitize(output))
+        return outputs
+
+    @overrides
+    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
+        _, words, _ = self._parse_request(json_dict)
+        instance = self._dataset_reader.text_to_instance(words)
+        self._dataset_reader.apply_token_indexers(instance)
+        return instance
+
+    def _parse_request(self, json_dict: JsonDict) -> Tuple[str, List[Token], int]:
+        if not isinstance(json_dict, dict):
+            raise ConfigurationError(
+                f"elmo_bilm predictor: expected a JSON object with one of {', '.join(REQUEST_KEYS)}; "
+                f"got {json_dict!r}."
+            )
+        kinds = [key for key in REQUEST_KEYS if key in json_dict]
+        if len(kinds) != 1:
+            raise ConfigurationError(
+                f"elmo_bilm predictor: a request needs exactly one of {', '.join(REQUEST_KEYS)}; "
+                f"got the keys {sorted(json_dict)}."
+            )
+        kind = kinds[0]
+        text = json_dict[kind]
+        if isinstance(text, str):
+            words = text.split()
+        elif isinstance(text, list) and all(isinstance(word, str) and word.strip() for word in text):
+            words = list(text)
+        else:
+            raise ConfigurationError(
+                f"elmo_bilm predictor: '{kind}' must be a string or a list of non-empty strings; "
+                f"got {text!r}."
+            )
+        top_k = json_dict.get("top_k", 10)
+        if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+            raise ConfigurationError(f"elmo_bilm predictor: 'top_k' must be a positive integer; got {top_k!r}.")
+        return kind, [Token(word) for word in words], top_k
+
+    def _score_instances(self, instances: List[Instance]) -> Dict[str, List[torch.Tensor]]:
+        model = self._model
+        dataset = Batch(instances)
+        dataset.index_instances(model.vocab)
+        tensors = nn_util.move_to_device(dataset.as_tensor_dict(), model._get_prediction_device())
+        with torch.no_grad():
+            scores = model.score_sentences(tensors["tokens"])  # type: ignore
+        return {name: list(value.cpu()) for name, value in scores.items()}
+
+    def _top_words(self, log_probs: torch.Tensor, top_k: int, impossible: str) -> List[JsonDict]:
+        probabilities = log_probs.exp()
+        probabilities[self._word_ids[impossible]] = 0.0
+        values, indices = probabilities.topk(min(top_k, probabilities.numel() - 1))
+        return [{"word": self._words[int(i)], "probability": float(p)} for p, i in zip(values, indices)]
+
+    def _sentence_scores(self, words: List[Token], row: Dict[str, torch.Tensor]) -> JsonDict:
+        length = int(row["mask"].sum())  # the words and one boundary
+        forward = row["forward_log_probs"][:length].tolist()
+        backward = row["backward_log_probs"][:length].tolist()
+        texts = [t.text for t in words]
+        # Surprisal of each word in bits: forward scores words at 0..n-1, backward at 1..n.
+        forward_surprisal = [-value / math.log(2) for value in forward[:-1]]
+        backward_surprisal = [-value / math.log(2) for value in backward[1:]]
+        return {
+            "tokens": texts,
+            "unknown": [text not in self._word_ids for text in texts],
+            "forward_tokens": texts + [EOS],
+            "forward_log_probs": forward,
+            "backward_tokens": [BOS] + texts,
+            "backward_log_probs": backward,
+            "forward_log_prob": sum(forward),
+            "backward_log_prob": sum(backward),
+            "log_prob": 0.5 * (sum(forward) + sum(backward)),
+            "forward_surprisal": forward_surprisal,
+            "backward_surprisal": backward_surprisal,
+            "surprisal": [0.5 * (f + b) for f, b in zip(forward_surprisal, backward_surprisal)],
+        }
