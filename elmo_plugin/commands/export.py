@@ -86,12 +86,9 @@ def export_bilm_model(
     # bilm-tf's training keys, as the published options files carry them.
     extra = dict(bilm.options.extra)
     extra.update(
-        bidirectional=True,
-        dropout=model.dropout,
-        n_tokens_vocab=len(words),
-        n_negative_samples_batch=model.num_samples,
+        bidirectional=True, dropout=model.dropout, n_negative_samples_batch=model.num_samples
     )
-    options = dataclasses.replace(bilm.options, extra=extra)
+    options = dataclasses.replace(bilm.options, n_tokens_vocab=len(words), extra=extra)
     os.makedirs(output_directory, exist_ok=True)
     layout.write_weight_file(paths["weights"], bilm.weight_arrays(), options)
     options.to_file(paths["options"])

@@ -17,7 +17,7 @@ from elmo_plugin.data.bilm_corpus_reader import (
     LM_NAMESPACE,
     TARGETS_KEY,
 )
-from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS
+from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS, BiLmVocabulary
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
 from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
@@ -52,7 +52,9 @@ class ElmoBiLmModel(Model):
     options : `Dict[str, Any]`, optional
         The architecture, in the format of an ELMo options JSON (`char_cnn`: filters,
         n_highway, activation, embedding dim, ...; `lstm`: dim, projection_dim, n_layers,
-        cell_clip, proj_clip, use_skip_connections). Give this or `options_file`.
+        cell_clip, proj_clip, use_skip_connections). Give this or `options_file`. Without
+        `char_cnn` the biLM reads words: a `projection_dim` vector per word of the
+        vocabulary, tied to the softmax with `"share_embedding_softmax": true`.
     options_file : `str`, optional
         An ELMo options JSON (path or URL), e.g. of a published model to fine-tune.
     weight_file : `str`, optional
@@ -109,6 +111,7 @@ class ElmoBiLmModel(Model):
             stateful=False,
             bias_as_in_file=True,
             lstm_input_dropout=dropout,
+            vocabulary=BiLmVocabulary.words(vocab) if elmo_options.word_inputs else None,
         )
         self._output_dropout = torch.nn.Dropout(dropout)
         self._softmax_loss = SampledSoftmaxLoss(
@@ -117,6 +120,14 @@ class ElmoBiLmModel(Model):
             num_samples=num_samples,
             sparse=sparse_softmax,
         )
+        if elmo_options.share_embedding_softmax:
+            if sparse_softmax:
+                raise ConfigurationError(
+                    "elmo_bilm: share_embedding_softmax cannot be combined with sparse_softmax."
+                )
+            # One parameter, rows in vocabulary order in both (the softmax input is
+            # projection_dim wide, as the word vectors are).
+            self._softmax_loss.softmax_w = self._bilm.token_embedder.embedding.weight
         self._perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
         # Carried LSTM state for packed windows, one per mode (training data and validation
         # data are different streams): (state, step of the batch that produced it).

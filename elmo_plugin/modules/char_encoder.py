@@ -2,13 +2,10 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
-from typing import Dict
-
 import torch
 from allennlp.modules.highway import Highway
-from allennlp.nn.util import add_sentence_boundary_token_ids
 
-from elmo_plugin.data.character_mapper import ElmoCharacterMapper
+from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
@@ -17,7 +14,7 @@ _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 _TOKENS_PER_CNN_CHUNK = 512
 
 
-class ElmoCharacterEncoder(torch.nn.Module):
+class ElmoCharacterEncoder(ElmoTokenEncoder):
     """
     Computes a context-free representation of every token from its character ids, after adding
     the `<S>` and `</S>` boundary tokens. Parameters start as bilm-tf initialises a biLM for
@@ -51,16 +48,6 @@ class ElmoCharacterEncoder(torch.nn.Module):
         self.reset_parameters()
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
-        self.register_buffer(
-            "_beginning_of_sentence_characters",
-            torch.tensor(ElmoCharacterMapper.beginning_of_sentence_characters) + 1,
-            persistent=False,
-        )
-        self.register_buffer(
-            "_end_of_sentence_characters",
-            torch.tensor(ElmoCharacterMapper.end_of_sentence_characters) + 1,
-            persistent=False,
-        )
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -90,31 +77,6 @@ class ElmoCharacterEncoder(torch.nn.Module):
 
     def get_output_dim(self) -> int:
         return self.options.projection_dim
-
-    def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """
-        # Parameters
-
-        inputs : `torch.Tensor`
-            Character ids of shape `(batch_size, timesteps, 50)`; padded tokens are all 0.
-
-        # Returns
-
-        `{"mask": (batch_size, timesteps + 2) bool, "token_embedding":
-        (batch_size, timesteps + 2, projection_dim)}`, with `<S>` and `</S>` added.
-        """
-        mask = (inputs > 0).sum(dim=-1) > 0
-        character_ids_with_bos_eos, mask_with_bos_eos = add_sentence_boundary_token_ids(
-            inputs, mask, self._beginning_of_sentence_characters, self._end_of_sentence_characters
-        )
-        batch_size, sequence_length, characters_per_token = character_ids_with_bos_eos.size()
-        token_embedding = self.embed_tokens(
-            character_ids_with_bos_eos.view(-1, characters_per_token)
-        )
-        return {
-            "mask": mask_with_bos_eos,
-            "token_embedding": token_embedding.view(batch_size, sequence_length, -1),
-        }
 
     def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, projection_dim)`."""

@@ -2,16 +2,19 @@
 The pre-trained biLM: character encoder + LSTM stack, loaded from an options JSON and an HDF5
 weight file, returning all of its layers.
 """
+import dataclasses
 import logging
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstm, LstmState
+from elmo_plugin.modules.word_encoder import ElmoWordEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 
@@ -27,7 +30,8 @@ _VOCABULARY_CHUNK_SIZE = 1024
 
 class ElmoBiLm(torch.nn.Module):
     """
-    A pre-trained character-input biLM (ELMo). Its forward returns every layer: the
+    A pre-trained biLM (ELMo): character input (every published model), or word input when
+    the options have no `char_cnn` (see `ElmoWordEncoder`). Its forward returns every layer: the
     context-free token layer (duplicated to match the LSTM width) and one per LSTM layer, for
     the input sentences with `<S>` and `</S>` added.
 
@@ -58,6 +62,9 @@ class ElmoBiLm(torch.nn.Module):
     lstm_input_dropout : `float`, optional (default = `0.0`)
         Dropout on every LSTM layer's input in training mode (see `ElmoLstm`); the biLM
         model's regularisation while training, not used by downstream ELMo.
+    vocabulary : `List[str]`, optional (default = `None`)
+        A word-input biLM's words in id order, to train one from scratch; a word-input weight
+        file holds its own (and if both are given they must agree).
     """
 
     def __init__(
@@ -69,16 +76,43 @@ class ElmoBiLm(torch.nn.Module):
         stateful: bool = True,
         bias_as_in_file: bool = False,
         lstm_input_dropout: float = 0.0,
+        vocabulary: Optional[List[str]] = None,
     ) -> None:
         super().__init__()
         if isinstance(options_file, ElmoOptions):
             options = options_file
         else:
             options = ElmoOptions.from_file(options_file)
+        arrays = None
+        if options.word_inputs:
+            if weight_file is not None:
+                if options.n_tokens_vocab is None:
+                    raise ConfigurationError(
+                        f"The options of the word-input biLM {weight_file} lack 'n_tokens_vocab'."
+                    )
+                arrays = layout.read_weight_file(weight_file, options)
+                vocabulary = self._agreeing_vocabulary(vocabulary, arrays, weight_file)
+            if vocabulary is None:
+                raise ConfigurationError(
+                    "A word-input biLM (options without 'char_cnn') needs its vocabulary: a "
+                    "weight file that holds one, or the 'vocabulary' argument."
+                )
+            if options.n_tokens_vocab not in (None, len(vocabulary)):
+                raise ConfigurationError(
+                    f"The options give n_tokens_vocab {options.n_tokens_vocab}, but the "
+                    f"vocabulary has {len(vocabulary)} words."
+                )
+            options = dataclasses.replace(options, n_tokens_vocab=len(vocabulary))
+            self.vocabulary: Optional[List[str]] = list(vocabulary)
+            self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder] = ElmoWordEncoder(
+                self.vocabulary, options.projection_dim, requires_grad=requires_grad
+            )
+        else:
+            self.vocabulary = None
+            self._token_embedder = ElmoCharacterEncoder(options, requires_grad=requires_grad)
         self.options = options
         self.stateful = stateful
         self._requires_grad = requires_grad
-        self._token_embedder = ElmoCharacterEncoder(options, requires_grad=requires_grad)
         self._elmo_lstm = ElmoLstm(
             input_size=options.projection_dim,
             hidden_size=options.projection_dim,
@@ -93,7 +127,9 @@ class ElmoBiLm(torch.nn.Module):
         self._bias_as_in_file = bias_as_in_file
         if bias_as_in_file:
             self._elmo_lstm.store_biases_as_in_file()
-        if weight_file is not None:
+        if arrays is not None:
+            self._load_arrays(arrays)
+        elif weight_file is not None:
             self.load_weight_file(weight_file)
         self.num_layers = options.n_layers + 1
         self._carried_state: Optional[LstmState] = None
@@ -112,14 +148,44 @@ class ElmoBiLm(torch.nn.Module):
     def load_weight_file(self, weight_file: str) -> None:
         """Loads parameters from a published-layout HDF5 file (checked against the options)."""
         arrays = layout.read_weight_file(weight_file, self.options)
+        if self.vocabulary is not None:
+            self._agreeing_vocabulary(self.vocabulary, arrays, weight_file)
+        self._load_arrays(arrays)
+
+    def _load_arrays(self, arrays: Dict[str, numpy.ndarray]) -> None:
         state = layout.to_state_dict(arrays, self.options, bias_as_in_file=self._bias_as_in_file)
         with torch.no_grad():
             for name, parameter in self.named_parameters():
                 parameter.copy_(state[name])
 
+    @staticmethod
+    def _agreeing_vocabulary(
+        vocabulary: Optional[List[str]], arrays: Dict[str, numpy.ndarray], weight_file: str
+    ) -> List[str]:
+        in_file = [str(word) for word in arrays[layout.VOCABULARY]]
+        if vocabulary is not None and list(vocabulary) != in_file:
+            differing = next(
+                (i for i, (a, b) in enumerate(zip(vocabulary, in_file)) if a != b),
+                min(len(vocabulary), len(in_file)),
+            )
+            raise ConfigurationError(
+                f"The vocabulary of the word-input biLM {weight_file} ({len(in_file)} words) differs "
+                f"from the one given ({len(vocabulary)} words) first at id {differing}; train or "
+                "fine-tune it with the vocabulary exported next to it (vocab.txt)."
+            )
+        return in_file
+
     def weight_arrays(self) -> Dict[str, numpy.ndarray]:
         """The parameters as the datasets of the published weight file (see `layout`)."""
-        return layout.from_state_dict(dict(self.named_parameters()), self.options)
+        arrays = layout.from_state_dict(dict(self.named_parameters()), self.options)
+        if self.vocabulary is not None:
+            arrays[layout.VOCABULARY] = numpy.array(self.vocabulary, dtype=object)
+        return arrays
+
+    @property
+    def token_embedder(self) -> Union[ElmoCharacterEncoder, ElmoWordEncoder]:
+        """The context-free token layer: the char CNN, or a word-input biLM's embedding."""
+        return self._token_embedder
 
     def get_output_dim(self) -> int:
         return self.options.output_dim
@@ -248,7 +314,7 @@ class ElmoBiLm(torch.nn.Module):
 
     @torch.no_grad()
     def _compute_start_state(self) -> LstmState:
-        reference = self._token_embedder._char_embedding_weights
+        reference = next(self._token_embedder.parameters())
         empty_sentence = torch.zeros(1, 0, ElmoCharacterMapper.max_word_length, dtype=torch.long)
         encoded = self._token_embedder(empty_sentence.to(reference.device))
         state = self._elmo_lstm.zero_state(1, reference)
@@ -273,7 +339,7 @@ class ElmoBiLm(torch.nn.Module):
         The context-free (char CNN) vector of every token, `(len(tokens), projection_dim)`:
         layer 0 of `forward` for that token, in any context (bilm-tf's token embeddings).
         """
-        reference = self._token_embedder._char_embedding_weights
+        reference = next(self._token_embedder.parameters())
         vectors = [reference.new_zeros(0, self.options.projection_dim)]
         for start in range(0, len(tokens), _VOCABULARY_CHUNK_SIZE):
             chunk = list(tokens[start : start + _VOCABULARY_CHUNK_SIZE])

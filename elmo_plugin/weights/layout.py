@@ -17,6 +17,18 @@ both go through it. For options `o` the file holds, all float32:
 | `.../LSTMCell/B` | (4 * o.cell_dim,) | gate bias without TF's forget bias of 1.0 |
 | `.../LSTMCell/W_P_0` | (o.cell_dim, o.projection_dim) | output projection |
 
+A word-input biLM (options without `char_cnn`; our extension, the published files have no such
+variant) holds, instead of the character datasets:
+
+| dataset | shape | meaning |
+|---|---|---|
+| `embedding` | (o.n_tokens_vocab, o.projection_dim) float32 | row i: the input vector of word i |
+| `vocabulary` | (o.n_tokens_vocab,) UTF-8 strings | the words, `<S>`, `</S>`, `<UNK>` among them |
+
+The vocabulary lives in the weight file so that the options and weight pair is all a user
+needs, as for character-input files. (bilm-tf kept a token biLM's embedding in a separate
+file with a zero padding row first; our rows start with the first word.)
+
 The PyTorch side (AllenNLP's parameter names, kept so that AllenNLP model archives load)
 orders gates (input, forget, new memory, output), stores `x W^T` weights, folds the forget
 bias into the bias, prepends a zero padding row to the character table and negates the
@@ -49,12 +61,24 @@ def lstm_cell_group(direction: int, layer: int) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
+VOCABULARY = "vocabulary"
+
+
 def dataset_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
     """Every dataset of the published layout with its expected shape, in file order."""
-    shapes: Dict[str, Tuple[int, ...]] = {
-        "char_embed": (NUM_CHARACTERS_IN_FILE, options.char_embedding_dim)
-    }
-    for i, (width, num) in enumerate(options.filters):
+    if options.word_inputs:
+        if options.n_tokens_vocab is None:
+            raise ConfigurationError(
+                "The options of a word-input biLM need 'n_tokens_vocab' to describe its weights."
+            )
+        shapes: Dict[str, Tuple[int, ...]] = {
+            "embedding": (options.n_tokens_vocab, options.projection_dim),
+            VOCABULARY: (options.n_tokens_vocab,),
+        }
+        shapes.update(_lstm_shapes(options))
+        return shapes
+    shapes = {"char_embed": (NUM_CHARACTERS_IN_FILE, options.char_embedding_dim)}
+    for i, (width, num) in enumerate(options.filters):  # type: ignore
         shapes[f"CNN/W_cnn_{i}"] = (1, width, options.char_embedding_dim, num)
         shapes[f"CNN/b_cnn_{i}"] = (num,)
     n_filters = options.n_filters
@@ -64,6 +88,12 @@ def dataset_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
             shapes[f"CNN_high_{k}/b_{part}"] = (n_filters,)
     shapes["CNN_proj/W_proj"] = (n_filters, options.projection_dim)
     shapes["CNN_proj/b_proj"] = (options.projection_dim,)
+    shapes.update(_lstm_shapes(options))
+    return shapes
+
+
+def _lstm_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
+    shapes: Dict[str, Tuple[int, ...]] = {}
     for direction in range(len(DIRECTIONS)):
         for layer in range(options.n_layers):
             group = lstm_cell_group(direction, layer)
@@ -102,7 +132,10 @@ def read_weight_file(weight_file: str, options: ElmoOptions) -> Dict[str, numpy.
                     f"{tuple(dataset.shape)}, but the options require {expected_shape}."
                 )
             try:
-                arrays[name] = numpy.asarray(dataset[...], dtype=numpy.float32)
+                if name == VOCABULARY:
+                    arrays[name] = numpy.array(dataset.asstr()[...], dtype=object)
+                else:
+                    arrays[name] = numpy.asarray(dataset[...], dtype=numpy.float32)
             except OSError as error:
                 raise ConfigurationError(
                     f"ELMo weight file {weight_file}: dataset '{name}' cannot be read "
@@ -123,7 +156,10 @@ def write_weight_file(path: str, arrays: Dict[str, numpy.ndarray], options: Elmo
     with atomic_output_path(path, suffix=".hdf5.partial") as temporary_path:
         with h5py.File(temporary_path, "w") as handle:
             for name, shape in expected.items():
-                array = numpy.asarray(arrays[name], dtype=numpy.float32)
+                if name == VOCABULARY:
+                    array = numpy.array(list(arrays[name]), dtype=h5py.string_dtype("utf-8"))
+                else:
+                    array = numpy.asarray(arrays[name], dtype=numpy.float32)
                 if array.shape != shape:
                     raise ValueError(f"Array '{name}' has shape {array.shape}, expected {shape}")
                 handle.create_dataset(name, data=array)
@@ -156,6 +192,31 @@ def to_state_dict(
     the LSTM cells' biases are parametrized with `TfForgetBias` (forget bias not folded in).
     """
     state: Dict[str, numpy.ndarray] = {}
+    if options.word_inputs:
+        state["_token_embedder.embedding.weight"] = arrays["embedding"]
+    else:
+        state.update(_character_encoder_state(arrays, options))
+    cell_dim, input_dim = options.cell_dim, options.projection_dim
+    for group, prefix in _lstm_parameter_prefixes(options):
+        weights = _tf_to_torch_gate_order(arrays[f"{group}/W_0"].T, cell_dim)
+        bias = arrays[f"{group}/B"].copy()
+        if not bias_as_in_file:
+            bias[2 * cell_dim : 3 * cell_dim] += numpy.float32(TF_FORGET_BIAS)
+        bias_name = _FILE_BIAS if bias_as_in_file else _FOLDED_BIAS
+        state[f"{prefix}.input_linearity.weight"] = weights[:, :input_dim]
+        state[f"{prefix}.state_linearity.weight"] = weights[:, input_dim:]
+        state[f"{prefix}.{bias_name}"] = _tf_to_torch_gate_order(bias, cell_dim)
+        state[f"{prefix}.state_projection.weight"] = arrays[f"{group}/W_P_0"].T
+    return {
+        name: torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32))
+        for name, value in state.items()
+    }
+
+
+def _character_encoder_state(
+    arrays: Dict[str, numpy.ndarray], options: ElmoOptions
+) -> Dict[str, numpy.ndarray]:
+    state: Dict[str, numpy.ndarray] = {}
     char_table = numpy.zeros(
         (NUM_CHARACTERS_IN_FILE + 1, options.char_embedding_dim), dtype=numpy.float32
     )
@@ -175,21 +236,7 @@ def to_state_dict(
         )
     state["_token_embedder._projection.weight"] = arrays["CNN_proj/W_proj"].T
     state["_token_embedder._projection.bias"] = arrays["CNN_proj/b_proj"]
-    cell_dim, input_dim = options.cell_dim, options.projection_dim
-    for group, prefix in _lstm_parameter_prefixes(options):
-        weights = _tf_to_torch_gate_order(arrays[f"{group}/W_0"].T, cell_dim)
-        bias = arrays[f"{group}/B"].copy()
-        if not bias_as_in_file:
-            bias[2 * cell_dim : 3 * cell_dim] += numpy.float32(TF_FORGET_BIAS)
-        bias_name = _FILE_BIAS if bias_as_in_file else _FOLDED_BIAS
-        state[f"{prefix}.input_linearity.weight"] = weights[:, :input_dim]
-        state[f"{prefix}.state_linearity.weight"] = weights[:, input_dim:]
-        state[f"{prefix}.{bias_name}"] = _tf_to_torch_gate_order(bias, cell_dim)
-        state[f"{prefix}.state_projection.weight"] = arrays[f"{group}/W_P_0"].T
-    return {
-        name: torch.from_numpy(numpy.ascontiguousarray(value, dtype=numpy.float32))
-        for name, value in state.items()
-    }
+    return state
 
 
 def from_state_dict(state: Dict[str, torch.Tensor], options: ElmoOptions) -> Dict[str, numpy.ndarray]:
@@ -201,23 +248,11 @@ def from_state_dict(state: Dict[str, torch.Tensor], options: ElmoOptions) -> Dic
     def get(name: str) -> numpy.ndarray:
         return state[name].detach().cpu().to(torch.float32).numpy()
 
-    arrays: Dict[str, numpy.ndarray] = {
-        "char_embed": get("_token_embedder._char_embedding_weights")[1:]
-    }
-    for i in range(len(options.filters)):
-        kernel = numpy.transpose(get(f"_token_embedder.char_conv_{i}.weight"), (2, 1, 0))
-        arrays[f"CNN/W_cnn_{i}"] = kernel[numpy.newaxis]
-        arrays[f"CNN/b_cnn_{i}"] = get(f"_token_embedder.char_conv_{i}.bias")
-    n_filters = options.n_filters
-    for k in range(options.n_highway):
-        weight = get(f"_token_embedder._highways._layers.{k}.weight")
-        bias = get(f"_token_embedder._highways._layers.{k}.bias")
-        arrays[f"CNN_high_{k}/W_transform"] = weight[:n_filters].T
-        arrays[f"CNN_high_{k}/W_carry"] = -weight[n_filters:].T
-        arrays[f"CNN_high_{k}/b_transform"] = bias[:n_filters]
-        arrays[f"CNN_high_{k}/b_carry"] = -bias[n_filters:]
-    arrays["CNN_proj/W_proj"] = get("_token_embedder._projection.weight").T
-    arrays["CNN_proj/b_proj"] = get("_token_embedder._projection.bias")
+    arrays: Dict[str, numpy.ndarray] = {}
+    if options.word_inputs:
+        arrays["embedding"] = get("_token_embedder.embedding.weight")
+    else:
+        arrays.update(_character_encoder_arrays(get, options))
     cell_dim = options.cell_dim
     for group, prefix in _lstm_parameter_prefixes(options):
         weights = numpy.concatenate(
@@ -233,3 +268,22 @@ def from_state_dict(state: Dict[str, torch.Tensor], options: ElmoOptions) -> Dic
         arrays[f"{group}/B"] = bias
         arrays[f"{group}/W_P_0"] = get(f"{prefix}.state_projection.weight").T
     return {name: numpy.ascontiguousarray(value) for name, value in arrays.items()}
+
+
+def _character_encoder_arrays(get, options: ElmoOptions) -> Dict[str, numpy.ndarray]:
+    arrays = {"char_embed": get("_token_embedder._char_embedding_weights")[1:]}
+    for i in range(len(options.filters)):  # type: ignore
+        kernel = numpy.transpose(get(f"_token_embedder.char_conv_{i}.weight"), (2, 1, 0))
+        arrays[f"CNN/W_cnn_{i}"] = kernel[numpy.newaxis]
+        arrays[f"CNN/b_cnn_{i}"] = get(f"_token_embedder.char_conv_{i}.bias")
+    n_filters = options.n_filters
+    for k in range(options.n_highway):
+        weight = get(f"_token_embedder._highways._layers.{k}.weight")
+        bias = get(f"_token_embedder._highways._layers.{k}.bias")
+        arrays[f"CNN_high_{k}/W_transform"] = weight[:n_filters].T
+        arrays[f"CNN_high_{k}/W_carry"] = -weight[n_filters:].T
+        arrays[f"CNN_high_{k}/b_transform"] = bias[:n_filters]
+        arrays[f"CNN_high_{k}/b_carry"] = -bias[n_filters:]
+    arrays["CNN_proj/W_proj"] = get("_token_embedder._projection.weight").T
+    arrays["CNN_proj/b_proj"] = get("_token_embedder._projection.bias")
+    return arrays

@@ -26,16 +26,20 @@ _KNOWN_KEYS = {
     "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
              "use_skip_connections"},
 }
+_KNOWN_TOP_LEVEL_KEYS = {"n_tokens_vocab", "share_embedding_softmax"}
 
 
 @dataclass
 class ElmoOptions:
     """
-    The architecture of a character-input ELMo biLM, with the meaning of bilm-tf's options JSON.
+    The architecture of an ELMo biLM, with the meaning of bilm-tf's options JSON. With a
+    `char_cnn` section the biLM reads characters (every published ELMo); without one it reads
+    words through an embedding of its vocabulary (bilm-tf's token-input biLM; see
+    `elmo_plugin.weights.layout` for its weight file).
 
     # Parameters
 
-    char_embedding_dim : `int`
+    char_embedding_dim : `Optional[int]`
         `char_cnn.embedding.dim`: size of each character embedding.
     filters : `List[Tuple[int, int]]`
         `char_cnn.filters`: `(width, number of filters)` per convolution.
@@ -59,28 +63,42 @@ class ElmoOptions:
         `lstm.proj_clip`: clip value of the projected output; absent or 0 means no clipping.
     use_skip_connections : `bool`
         `lstm.use_skip_connections`: residual connections between LSTM layers.
+    n_tokens_vocab : `Optional[int]`
+        Top-level `n_tokens_vocab`: the vocabulary size (the rows of a word-input biLM's
+        embedding; informative for a character-input one).
+    share_embedding_softmax : `bool`
+        Top-level `share_embedding_softmax`: a word-input biLM trained with its input
+        embedding tied to the softmax (bilm-tf's option; needs word inputs).
     extra : `Dict[str, Any]`
         Every other key of the file (training settings such as `n_epochs`), kept so that
         `to_json` writes back what was read.
     """
 
-    char_embedding_dim: int
-    filters: List[Tuple[int, int]]
-    n_highway: int
-    activation: str
-    max_characters_per_token: int
-    n_characters: int
     cell_dim: int
     projection_dim: int
     n_layers: int
     cell_clip: Optional[float] = None
     proj_clip: Optional[float] = None
     use_skip_connections: bool = True
+    # The character encoder; all None for a word-input biLM (no `char_cnn` section).
+    char_embedding_dim: Optional[int] = None
+    filters: Optional[List[Tuple[int, int]]] = None
+    n_highway: Optional[int] = None
+    activation: Optional[str] = None
+    max_characters_per_token: Optional[int] = None
+    n_characters: Optional[int] = None
+    n_tokens_vocab: Optional[int] = None
+    share_embedding_softmax: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
+    def word_inputs(self) -> bool:
+        """Whether the biLM reads words (an embedding) rather than characters (a char CNN)."""
+        return self.filters is None
+
+    @property
     def n_filters(self) -> int:
-        return sum(num for _, num in self.filters)
+        return sum(num for _, num in self.filters or [])
 
     @property
     def output_dim(self) -> int:
@@ -104,6 +122,39 @@ class ElmoOptions:
     def from_dict(cls, raw: Dict[str, Any], source: str = "<dict>") -> "ElmoOptions":
         """Validates a parsed options JSON; errors name `source` and the offending key."""
         reader = _KeyReader(raw, source)
+        character_options = cls._character_options(reader, source) if "char_cnn" in raw else {}
+        n_tokens_vocab = reader.get("n_tokens_vocab", int) if "n_tokens_vocab" in raw else None
+        share_embedding_softmax = reader.get_flag("share_embedding_softmax")
+        if share_embedding_softmax and character_options:
+            raise ConfigurationError(
+                f"ELMo options file {source}: share_embedding_softmax ties a word embedding to "
+                "the softmax and needs a word-input biLM (no 'char_cnn' section)."
+            )
+        extra: Dict[str, Any] = {}
+        for section, value in raw.items():
+            if section in _KNOWN_TOP_LEVEL_KEYS:
+                continue
+            if section in _KNOWN_KEYS and isinstance(value, dict):
+                rest = {k: v for k, v in value.items() if k not in _KNOWN_KEYS[section]}
+                if rest:
+                    extra[section] = rest
+            else:
+                extra[section] = value
+        return cls(
+            cell_dim=reader.get("lstm.dim", int),
+            projection_dim=reader.get("lstm.projection_dim", int),
+            n_layers=reader.get("lstm.n_layers", int),
+            cell_clip=reader.get_optional_clip("lstm.cell_clip"),
+            proj_clip=reader.get_optional_clip("lstm.proj_clip"),
+            use_skip_connections=reader.get_flag("lstm.use_skip_connections"),
+            n_tokens_vocab=n_tokens_vocab,
+            share_embedding_softmax=share_embedding_softmax,
+            extra=extra,
+            **character_options,
+        )
+
+    @staticmethod
+    def _character_options(reader: "_KeyReader", source: str) -> Dict[str, Any]:
         filters_raw = reader.get("char_cnn.filters", list)
         filters: List[Tuple[int, int]] = []
         for position, pair in enumerate(filters_raw):
@@ -133,40 +184,17 @@ class ElmoOptions:
                 f"ELMo options file {source}: char_cnn.n_characters must be 261 or 262 "
                 f"(ELMo's fixed byte-level character set), got {n_characters}"
             )
-        extra: Dict[str, Any] = {}
-        for section, value in raw.items():
-            if section in _KNOWN_KEYS and isinstance(value, dict):
-                rest = {k: v for k, v in value.items() if k not in _KNOWN_KEYS[section]}
-                if rest:
-                    extra[section] = rest
-            else:
-                extra[section] = value
-        return cls(
+        return dict(
             char_embedding_dim=reader.get("char_cnn.embedding.dim", int),
             filters=filters,
             n_highway=reader.get("char_cnn.n_highway", int, minimum=0),
             activation=activation,
             max_characters_per_token=reader.get("char_cnn.max_characters_per_token", int),
             n_characters=n_characters,
-            cell_dim=reader.get("lstm.dim", int),
-            projection_dim=reader.get("lstm.projection_dim", int),
-            n_layers=reader.get("lstm.n_layers", int),
-            cell_clip=reader.get_optional_clip("lstm.cell_clip"),
-            proj_clip=reader.get_optional_clip("lstm.proj_clip"),
-            use_skip_connections=reader.get_flag("lstm.use_skip_connections"),
-            extra=extra,
         )
 
     def to_dict(self) -> Dict[str, Any]:
         """The options JSON content, in bilm-tf's layout, with the extra keys merged back."""
-        char_cnn = {
-            "embedding": {"dim": self.char_embedding_dim},
-            "filters": [list(pair) for pair in self.filters],
-            "n_highway": self.n_highway,
-            "activation": self.activation,
-            "max_characters_per_token": self.max_characters_per_token,
-            "n_characters": self.n_characters,
-        }
         lstm: Dict[str, Any] = {
             "dim": self.cell_dim,
             "projection_dim": self.projection_dim,
@@ -180,8 +208,22 @@ class ElmoOptions:
         result: Dict[str, Any] = {}
         for section, value in self.extra.items():
             result[section] = dict(value) if isinstance(value, dict) else value
-        result.setdefault("char_cnn", {}).update(char_cnn)
+        if not self.word_inputs:
+            result.setdefault("char_cnn", {}).update(
+                {
+                    "embedding": {"dim": self.char_embedding_dim},
+                    "filters": [list(pair) for pair in self.filters],  # type: ignore
+                    "n_highway": self.n_highway,
+                    "activation": self.activation,
+                    "max_characters_per_token": self.max_characters_per_token,
+                    "n_characters": self.n_characters,
+                }
+            )
         result.setdefault("lstm", {}).update(lstm)
+        if self.n_tokens_vocab is not None:
+            result["n_tokens_vocab"] = self.n_tokens_vocab
+        if self.word_inputs:
+            result["share_embedding_softmax"] = self.share_embedding_softmax
         return result
 
     def to_file(self, path: str) -> None:

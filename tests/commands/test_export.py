@@ -36,7 +36,7 @@ def test_export_loads_in_allennlps_elmo_with_the_models_own_representations(
         assert max_difference(our_layers, their_layers) <= FLOAT64_TOLERANCE
     exported = ElmoOptions.from_file(paths["options"])
     assert (exported.cell_dim, exported.projection_dim, exported.n_layers) == (64, 16, 2)
-    assert exported.extra["n_tokens_vocab"] == 32
+    assert exported.n_tokens_vocab == 32
     assert read_bilm_vocab_file(paths["vocabulary"]) == read_bilm_vocab_file(BILM_VOCAB_FILE)
 
 

@@ -37,8 +37,27 @@ class TestElmoOptions(AllenNlpTestCase):
 
     def test_missing_section_is_named(self):
         raw = fixture_options()
-        del raw["char_cnn"]
+        del raw["lstm"]
+        with pytest.raises(ConfigurationError, match="lstm.dim"):
+            ElmoOptions.from_file(self.write(raw))
+        raw = fixture_options()
+        del raw["char_cnn"]["filters"]
         with pytest.raises(ConfigurationError, match="char_cnn.filters"):
+            ElmoOptions.from_file(self.write(raw))
+
+    def test_without_char_cnn_the_bilm_reads_words(self):
+        raw = fixture_options()
+        del raw["char_cnn"]
+        raw.update(n_tokens_vocab=7, share_embedding_softmax=True)
+        options = ElmoOptions.from_file(self.write(raw))
+        assert options.word_inputs and options.n_tokens_vocab == 7 and options.share_embedding_softmax
+        assert options.to_dict() == raw
+        assert "n_tokens_vocab" not in options.extra
+        assert not ElmoOptions.from_dict(fixture_options()).word_inputs
+
+    def test_tying_needs_word_inputs(self):
+        raw = dict(fixture_options(), share_embedding_softmax=True)
+        with pytest.raises(ConfigurationError, match="share_embedding_softmax .* needs a word-input biLM"):
             ElmoOptions.from_file(self.write(raw))
 
     def test_bad_values_are_named(self):

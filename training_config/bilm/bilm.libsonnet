@@ -24,6 +24,13 @@
     },
   },
 
+  // A word-input biLM (no char CNN: a projection_dim vector per vocabulary word, bilm-tf's
+  // token-input biLM), optionally tied to the softmax. Same model type, same recipe.
+  word_options(cell_dim, projection_dim, n_layers=2, share_embedding_softmax=false):: {
+    lstm: $.options([], 0, cell_dim, projection_dim, n_layers).lstm,
+    share_embedding_softmax: share_embedding_softmax,
+  },
+
   // The char CNN of every published ELMo (2048 filters of widths 1-7).
   published_filters:: [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
 
