@@ -12,6 +12,11 @@ resident memory of the process (both models loaded) during one forward pass of e
 `clear_refs` resets the peak counter), and
 the fraction of the compute limit reached, from a float32 GEMM rate measured here on the LSTM's
 own shapes.
+
+The opt-in reduced precisions (`--precisions bfloat16 int8`, both by default) run in the same
+passes from the same weights: tokens/s, ratios to AllenNLP and to our float32, and their
+fidelity (per biLM layer, the mean cosine of each token's vector to our float32 vector; the
+smallest of those means is printed).
 """
 import argparse
 import statistics
@@ -85,6 +90,8 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches-per-pass", type=int, default=2)
+    parser.add_argument("--precisions", nargs="*", default=["bfloat16", "int8"],
+                        help="opt-in reduced precisions to time and compare with float32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from allennlp.modules.elmo import _ElmoBiLm
@@ -96,6 +103,8 @@ def main() -> None:
             "allennlp": _ElmoBiLm(options_file, weight_file).eval(),
             "ours": ElmoBiLm(options_file, weight_file).eval(),
         }
+        for precision in args.precisions:
+            models[f"ours {precision}"] = ElmoBiLm(options_file, weight_file, precision=precision).eval()
     flops = flops_per_position(options)
     print(f"original architecture, random weights, float32, {args.threads} threads, "
           f"{flops / 1e6:.0f} MFLOP per position")
@@ -107,8 +116,11 @@ def main() -> None:
         tokens = sum(len(s) for s in data)
         rates: Dict[str, List[float]] = {name: [] for name in models}
         models["allennlp"]._elmo_lstm.reset_states()
-        models["ours"].reset_states()
+        for name, model in models.items():
+            if name != "allennlp":
+                model.reset_states()
         difference = 0.0
+        cosines: Dict[str, List[float]] = {name: [] for name in models if name.startswith("ours ")}
         peaks = {}
         for pass_index in range(args.passes):
             outputs = {}
@@ -119,6 +131,12 @@ def main() -> None:
             for ours, theirs in zip(outputs["ours"], outputs["allennlp"]):
                 for a, b in zip(ours, theirs):
                     difference = max(difference, (a - b).abs().max().item())
+            for name in cosines:
+                for ours, reduced in zip(outputs["ours"], outputs[name]):
+                    mask = ours[0].abs().sum(-1) > 0  # layer 0 is zero exactly at padding
+                    for a, b in zip(ours, reduced):  # per layer: mean cosine over tokens
+                        cosines[name].append(float(
+                            torch.nn.functional.cosine_similarity(a[mask], b[mask], dim=-1).mean()))
         for name, model in models.items():
             peaks[name] = peak_rss_mb_during(lambda: model(batches[0]))
         allennlp_rate = statistics.median(rates["allennlp"])
@@ -128,6 +146,11 @@ def main() -> None:
         print(f"{batch_size:>5} {allennlp_rate:>15.1f} {our_rate:>11.1f} {our_rate / allennlp_rate:>6.2f} "
               f"{difference:>11.2e} {peaks['allennlp']:>21.0f} {peaks['ours']:>6.0f} {gflops:>13.1f} "
               f"{100 * our_rate / limit:>15.0f}%")
+        for name in cosines:
+            rate = statistics.median(rates[name])
+            print(f"{'':>5} {name}: {rate:.1f} tok/s, {rate / allennlp_rate:.2f}x AllenNLP, "
+                  f"{rate / our_rate:.2f}x ours float32; cosine to float32 per layer and token: "
+                  f"min of layer means {min(cosines[name]):.5f}; peak RSS {peaks[name]:.0f} MB")
 
 
 if __name__ == "__main__":

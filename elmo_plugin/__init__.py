@@ -7,13 +7,17 @@ the biLM training pieces (`elmo_bilm` model, `elmo_bilm_corpus` reader, `bilm` v
 It also sets defaults for the ELMo environment variables the task configs read (see
 `elmo_plugin.training.config_environment`).
 """
-import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp's imports)
-
 # AllenNLP's own ELMo classes must be registered before ours replace them (`exist_ok=True`);
 # importing these packages registers them, and would raise if it came after our registration.
 import allennlp.data.token_indexers  # noqa: F401,E402
 import allennlp.modules.token_embedders  # noqa: F401,E402
 
+import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp's imports)
+from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommands)
+    ElmoCommand,
+    ElmoExportCommand,
+    ElmoTokenVectorsCommand,
+)
 from elmo_plugin.data import (  # noqa: E402
     BiLmCorpusReader,
     BiLmVocabulary,
@@ -22,14 +26,9 @@ from elmo_plugin.data import (  # noqa: E402
     batch_to_ids,
 )
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
-from elmo_plugin.predictors import ElmoBiLmPredictor  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
-from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommands)
-    ElmoCommand,
-    ElmoExportCommand,
-    ElmoTokenVectorsCommand,
-)
+from elmo_plugin.predictors import ElmoBiLmPredictor  # noqa: E402
 from elmo_plugin.training.config_environment import (  # noqa: E402
     apply_config_environment_defaults,
 )

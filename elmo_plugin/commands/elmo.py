@@ -17,6 +17,7 @@ from elmo_plugin.modules.elmo_embedder import (
     DEFAULT_WEIGHT_FILE,
     ElmoEmbedder,
 )
+from elmo_plugin.modules.reduced_precision import FLOAT32, PRECISIONS
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,9 @@ class ElmoCommand(Subcommand):
         subparser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                                help="sentences per batch")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
+        subparser.add_argument("--precision", choices=PRECISIONS, default=FLOAT32,
+                               help="matrix products in reduced precision: faster, slightly "
+                               "different vectors (int8: CPU only; see BENCHMARKS.md)")
         subparser.add_argument("--forget-sentences", action="store_true",
                                help="do not write the sentence_to_index dataset")
         subparser.add_argument("--use-sentence-keys", action="store_true",
@@ -70,7 +74,8 @@ def elmo_command(args: argparse.Namespace) -> None:
     # Read by allennlp's Tqdm: fewer, newline-terminated progress updates.
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
     output_format = "all" if args.all else "top" if args.top else "average"
-    embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device, stateful=args.stateful)
+    embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
+                            stateful=args.stateful, precision=args.precision)
     try:
         embedder.embed_file(
             args.input_file,

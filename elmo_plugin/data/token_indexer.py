@@ -10,7 +10,10 @@ from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 from overrides import overrides
 
-from elmo_plugin.data.character_mapper import MAX_CHARACTERS_PER_TOKEN, ElmoCharacterMapper
+from elmo_plugin.data.character_mapper import (
+    MAX_CHARACTERS_PER_TOKEN,
+    ElmoCharacterMapper,
+)
 
 
 @TokenIndexer.register("elmo_characters", exist_ok=True)

@@ -2,9 +2,12 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
+from typing import List, Optional
+
 import torch
 from allennlp.modules.highway import Highway
 
+from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
 
@@ -46,6 +49,9 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         )
         self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
         self.reset_parameters()
+        # Reduced-precision copies of the highway and projection products (`set_precision`).
+        self._packed_highways: List[PackedLinear] = []
+        self._packed_projection: Optional[PackedLinear] = None
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
 
@@ -75,6 +81,28 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         self._projection.weight.normal_(0.0, (1.0 / n_filters) ** 0.5)
         self._projection.bias.fill_(0.0)
 
+    def set_precision(self, precision: str) -> None:
+        """
+        Inference with the highway and projection products in `precision` (see
+        `reduced_precision`); the convolutions stay in float32.
+        """
+        self._packed_highways = []
+        self._packed_projection = None
+        if precision != FLOAT32:
+            self._packed_highways = [packed(layer, precision) for layer in self._highways._layers]
+            self._packed_projection = packed(self._projection, precision)
+
+    def _highways_and_projection(self, pooled: torch.Tensor) -> torch.Tensor:
+        if self._packed_projection is None:
+            return self._projection(self._highways(pooled))
+        # AllenNLP's Highway.forward, with the packed products in place of its Linear layers.
+        current = pooled
+        for layer in self._packed_highways:
+            nonlinear_part, gate = layer(current).chunk(2, dim=-1)
+            gate = torch.sigmoid(gate)
+            current = gate * current + (1 - gate) * torch.nn.functional.relu(nonlinear_part)
+        return self._packed_projection(current)
+
     def get_output_dim(self) -> int:
         return self.options.projection_dim
 
@@ -92,4 +120,4 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         for convolution in self._convolutions:
             convolved, _ = torch.max(convolution(characters), dim=-1)
             pooled.append(self._activation(convolved))
-        return self._projection(self._highways(torch.cat(pooled, dim=-1)))
+        return self._highways_and_projection(torch.cat(pooled, dim=-1))

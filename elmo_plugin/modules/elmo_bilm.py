@@ -14,6 +14,7 @@ from allennlp.nn.util import add_sentence_boundary_token_ids
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstm, LstmState
+from elmo_plugin.modules.reduced_precision import FLOAT32, check_precision
 from elmo_plugin.modules.word_encoder import ElmoWordEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
@@ -65,6 +66,10 @@ class ElmoBiLm(torch.nn.Module):
     vocabulary : `List[str]`, optional (default = `None`)
         A word-input biLM's words in id order, to train one from scratch; a word-input weight
         file holds its own (and if both are given they must agree).
+    precision : `str`, optional (default = `"float32"`)
+        `"bfloat16"` or `"int8"`: the LSTM, highway and projection products in reduced
+        precision, for faster inference at a small cost in fidelity (see
+        `elmo_plugin.modules.reduced_precision` and BENCHMARKS.md); not with `requires_grad`.
     """
 
     def __init__(
@@ -77,8 +82,11 @@ class ElmoBiLm(torch.nn.Module):
         bias_as_in_file: bool = False,
         lstm_input_dropout: float = 0.0,
         vocabulary: Optional[List[str]] = None,
+        precision: str = FLOAT32,
     ) -> None:
         super().__init__()
+        check_precision(precision, requires_grad)
+        self.precision = FLOAT32
         if isinstance(options_file, ElmoOptions):
             options = options_file
         else:
@@ -144,6 +152,24 @@ class ElmoBiLm(torch.nn.Module):
                     "separately from the char CNN, which unknown words still use."
                 )
             self.create_cached_cnn_embeddings(vocab_to_cache)
+        self.set_precision(precision)
+
+    def set_precision(self, precision: str) -> None:
+        """
+        Computes the matrix products of `forward` in `precision` from now on (`"float32"`,
+        `"bfloat16"`, `"int8"`), from the current weights. Inference only.
+        """
+        check_precision(precision, self._requires_grad)
+        self._token_embedder.set_precision(precision)
+        self._elmo_lstm.set_precision(precision)
+        self.precision = precision
+
+    def _apply(self, fn, *args, **kwargs):  # type: ignore
+        # .to(), .cuda(), .double(): reduced-precision copies follow the parameters.
+        result = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "precision", FLOAT32) != FLOAT32:
+            self.set_precision(self.precision)
+        return result
 
     def load_weight_file(self, weight_file: str) -> None:
         """Loads parameters from a published-layout HDF5 file (checked against the options)."""
@@ -157,6 +183,8 @@ class ElmoBiLm(torch.nn.Module):
         with torch.no_grad():
             for name, parameter in self.named_parameters():
                 parameter.copy_(state[name])
+        if getattr(self, "precision", FLOAT32) != FLOAT32:
+            self.set_precision(self.precision)
 
     @staticmethod
     def _agreeing_vocabulary(
@@ -314,6 +342,20 @@ class ElmoBiLm(torch.nn.Module):
 
     @torch.no_grad()
     def _compute_start_state(self) -> LstmState:
+        # Always the float32 fixed point: in reduced precision the iteration need not converge
+        # (rounding keeps it moving), and the start state should not depend on the precision.
+        precision = self.precision
+        if precision == FLOAT32:
+            return self._iterate_to_start_state()
+        self._token_embedder.set_precision(FLOAT32)
+        self._elmo_lstm.set_precision(FLOAT32)
+        try:
+            return self._iterate_to_start_state()
+        finally:
+            self._token_embedder.set_precision(precision)
+            self._elmo_lstm.set_precision(precision)
+
+    def _iterate_to_start_state(self) -> LstmState:
         reference = next(self._token_embedder.parameters())
         empty_sentence = torch.zeros(1, 0, ElmoCharacterMapper.max_word_length, dtype=torch.long)
         encoded = self._token_embedder(empty_sentence.to(reference.device))

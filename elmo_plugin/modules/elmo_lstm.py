@@ -2,13 +2,14 @@
 ELMo's LSTM stack: separate forward and backward stacks of LSTM cells with a projected output,
 cell and projection clipping, optional residual connections between layers.
 """
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 from torch.nn.utils import parametrize
 
+from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
 from elmo_plugin.weights.layout import TF_FORGET_BIAS
 
 LstmState = Tuple[torch.Tensor, torch.Tensor]
@@ -93,6 +94,21 @@ class LstmCellWithProjection(torch.nn.Module):
         self.state_linearity = torch.nn.Linear(hidden_size, 4 * cell_size, bias=True)
         self.state_projection = torch.nn.Linear(cell_size, hidden_size, bias=False)
         self.reset_parameters()
+        # Reduced-precision copies of the three products for inference (`set_precision`).
+        self._packed: Dict[str, PackedLinear] = {}
+
+    def set_precision(self, precision: str) -> None:
+        """
+        Inference in `precision` (see `reduced_precision`): packed copies of the current
+        weights, used by `forward` from now on; `"float32"` goes back to the parameters.
+        """
+        self._packed = {}
+        if precision != FLOAT32:
+            self._packed = {
+                "input": packed(self.input_linearity, precision),
+                "state": packed(self.state_linearity, precision),
+                "projection": packed(self.state_projection, precision),
+            }
 
     def reset_parameters(self) -> None:
         block_orthogonal(self.input_linearity.weight.data, [self.cell_size, self.input_size])
@@ -137,9 +153,19 @@ class LstmCellWithProjection(torch.nn.Module):
         """
         timesteps = inputs.size(1)
         cell_size = self.cell_size
-        projected_inputs = self.input_linearity(inputs)
-        # Fetched once: a parametrized bias (`TfForgetBias`) is recomputed on every access.
-        state_weight, state_bias = self.state_linearity.weight, self.state_linearity.bias
+        if self._packed:
+            input_product = self._packed["input"]
+            state_product = self._packed["state"]
+            state_projection = self._packed["projection"]
+        else:
+            input_product, state_projection = self.input_linearity, self.state_projection
+            # Fetched once: a parametrized bias (`TfForgetBias`) is recomputed on every access.
+            state_weight, state_bias = self.state_linearity.weight, self.state_linearity.bias
+
+            def state_product(state: torch.Tensor) -> torch.Tensor:
+                return torch.nn.functional.linear(state, state_weight, state_bias)
+
+        projected_inputs = input_product(inputs)
         state, memory = initial_state
         dropout_mask = None
         if self.recurrent_dropout_probability > 0.0 and self.training:
@@ -164,9 +190,7 @@ class LstmCellWithProjection(torch.nn.Module):
             if active_rows == 0:
                 outputs[index] = inputs.new_zeros(batch_size, self.hidden_size)
                 continue
-            gates = projected_inputs[:active_rows, index] + torch.nn.functional.linear(
-                state[:active_rows], state_weight, state_bias
-            )
+            gates = projected_inputs[:active_rows, index] + state_product(state[:active_rows])
             input_gate = torch.sigmoid(gates[:, :cell_size])
             forget_gate = torch.sigmoid(gates[:, cell_size : 2 * cell_size])
             memory_init = torch.tanh(gates[:, 2 * cell_size : 3 * cell_size])
@@ -176,7 +200,7 @@ class LstmCellWithProjection(torch.nn.Module):
                 new_memory = torch.clamp(
                     new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
                 )
-            new_state = self.state_projection(output_gate * torch.tanh(new_memory))
+            new_state = state_projection(output_gate * torch.tanh(new_memory))
             if self.state_projection_clip_value:
                 new_state = torch.clamp(
                     new_state, -self.state_projection_clip_value, self.state_projection_clip_value
@@ -282,6 +306,11 @@ class ElmoLstm(torch.nn.Module):
         """Re-parametrizes every cell's gate bias with `TfForgetBias` (for training to export)."""
         for cell in self.forward_layers + self.backward_layers:
             cell.store_bias_as_in_file()
+
+    def set_precision(self, precision: str) -> None:
+        """Every cell's products in `precision`, for inference (`LstmCellWithProjection`)."""
+        for cell in self.forward_layers + self.backward_layers:
+            cell.set_precision(precision)
 
     def forward(
         self,

@@ -1,0 +1,55 @@
+"""Opt-in bfloat16 / int8 inference: close to float32, never touching the float32 weights."""
+import numpy
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
+from tests.helpers import CARRIED_STATE_BATCHES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+
+SENTENCES = [sentence for batch in CARRIED_STATE_BATCHES for sentence in batch if sentence]
+
+
+def layers(bilm: ElmoBiLm):
+    output = bilm(batch_to_ids(SENTENCES))
+    mask = output["mask"]
+    return [layer[mask] for layer in output["activations"]]
+
+
+def mean_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a, b, dim=-1).mean())
+
+
+@pytest.mark.parametrize("precision, minimum_cosine", [("bfloat16", 0.999), ("int8", 0.99)])
+def test_reduced_precision_stays_close_to_float32(precision, minimum_cosine):
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)
+    with torch.no_grad():
+        reference = layers(bilm)
+        bilm.set_precision(precision)
+        reduced = layers(bilm)
+        for expected, actual in zip(reference, reduced):
+            assert not torch.equal(expected, actual)  # the packed products are really used
+            assert mean_cosine(expected, actual) > minimum_cosine
+        bilm.set_precision("float32")
+        for expected, actual in zip(reference, layers(bilm)):
+            assert torch.equal(expected, actual)
+
+
+def test_weights_and_export_are_untouched_and_copies_follow_moves():
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)
+    before = bilm.weight_arrays()
+    bilm.set_precision("int8")
+    after = bilm.weight_arrays()
+    assert all(numpy.array_equal(before[name], after[name]) for name in before)
+    elmo = Elmo(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, 1, dropout=0.0, precision="bfloat16")
+    elmo.double()  # the bfloat16 copies are rebuilt; outputs follow the module's dtype
+    with torch.no_grad():
+        output = elmo(batch_to_ids(SENTENCES))["elmo_representations"][0]
+    assert output.dtype == torch.float64 and torch.isfinite(output).all()
+
+
+def test_bad_precisions_are_refused():
+    with pytest.raises(ConfigurationError, match="must be one of float32, bfloat16, int8; got 'fp8'"):
+        ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, precision="fp8")
+    with pytest.raises(ConfigurationError, match="inference only"):
+        ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, requires_grad=True, precision="int8")
