@@ -17,6 +17,9 @@ test score is that of the best epoch on the model-selection set.
 
     python benchmarks/train_bilm.py brown --minutes 20    # writes benchmarks/output/brown_bilm.th
     python benchmarks/downstream.py --bilm-state benchmarks/output/brown_bilm.th
+    # the opt-in fast precisions' downstream cost: seed 1's POS model re-scored with each
+    python benchmarks/downstream.py --bilm-state benchmarks/output/brown_bilm.th --tasks pos \
+        --seeds 1 --precisions bfloat16 int8
 
 Needs ../shared/data (brown.zip, treebank.zip, sentence_polarity.zip).
 """
@@ -36,6 +39,9 @@ from unittest import mock
 import torch
 from allennlp.commands.train import train_model
 from allennlp.common import Params
+from allennlp.data import DatasetReader
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.training.util import evaluate
 from nltk import Tree
 from train_bilm import SHARED_DATA, make_model, prepare_brown, train_on_brown
 
@@ -123,7 +129,8 @@ def without_elmo(params: Dict) -> Dict:
 
 
 def run_task(config: str, prefix: str, data: Tuple[str, str, str], elmo: Dict[str, str],
-             seed: int, epochs: int, with_elmo: bool, directory: str) -> Tuple[float, float, int]:
+             seed: int, epochs: int, with_elmo: bool, directory: str,
+             precisions: List[str]) -> Tuple[float, float, int]:
     """(test score, seconds, epochs trained) of one model."""
     train, dev, test = data
     environment = {
@@ -148,11 +155,26 @@ def run_task(config: str, prefix: str, data: Tuple[str, str, str], elmo: Dict[st
         params = without_elmo(params)
     serialization_dir = os.path.join(directory, f"{prefix}_{'elmo' if with_elmo else 'base'}_{seed}")
     start = time.perf_counter()
-    train_model(Params(params), serialization_dir)
+    model = train_model(Params(params), serialization_dir)
     seconds = time.perf_counter() - start
     with open(os.path.join(serialization_dir, "metrics.json")) as handle:
         metrics = json.load(handle)
+    if with_elmo and precisions:
+        print(f"  seed {seed}, the trained model's test accuracy with its ELMo in "
+              + ", ".join(f"{p}: {accuracy_with_precision(model, params, test, p):.4f}"
+                          for p in ("float32",) + tuple(precisions)))
     return metrics["test_accuracy"], seconds, metrics["epoch"] + 1
+
+
+def accuracy_with_precision(model, params: Dict, test_path: str, precision: str) -> float:
+    """Test accuracy of a trained model whose (frozen) biLM computes in `precision`."""
+    model._text_field_embedder._token_embedders["elmo"]._elmo._elmo_lstm.set_precision(precision)
+    reader = DatasetReader.from_params(Params(copy.deepcopy(params["dataset_reader"])))
+    loader = MultiProcessDataLoader(reader, test_path, batch_size=32)
+    loader.index_with(model.vocab)
+    accuracy = evaluate(model, loader)["accuracy"]
+    model._text_field_embedder._token_embedders["elmo"]._elmo._elmo_lstm.set_precision("float32")
+    return accuracy
 
 
 def main() -> None:
@@ -166,6 +188,9 @@ def main() -> None:
     parser.add_argument("--sentiment-epochs", type=int, default=8)
     parser.add_argument("--tasks", default="pos,sentiment")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--precisions", nargs="*", default=[],
+                        help="also score seed 1's ELMo model with its biLM in these precisions "
+                        "(bfloat16, int8): the downstream cost of the opt-in fast modes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     logging.disable(logging.INFO)  # AllenNLP's per-epoch logging would bury the figures
@@ -187,7 +212,8 @@ def main() -> None:
                 scores, seconds, trained = [], [], []
                 for seed in range(1, args.seeds + 1):
                     score, took, epochs_trained = run_task(
-                        config, prefix, data, elmo, seed, epochs, with_elmo, directory)
+                        config, prefix, data, elmo, seed, epochs, with_elmo, directory,
+                        args.precisions if seed == 1 else [])
                     scores.append(score)
                     seconds.append(took)
                     trained.append(epochs_trained)
