@@ -92,31 +92,14 @@ class ElmoBiLm(torch.nn.Module):
         else:
             options = ElmoOptions.from_file(options_file)
         arrays = None
+        self.vocabulary: Optional[List[str]] = None
+        self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder]
         if options.word_inputs:
-            if weight_file is not None:
-                if options.n_tokens_vocab is None:
-                    raise ConfigurationError(
-                        f"The options of the word-input biLM {weight_file} lack 'n_tokens_vocab'."
-                    )
-                arrays = layout.read_weight_file(weight_file, options)
-                vocabulary = self._agreeing_vocabulary(vocabulary, arrays, weight_file)
-            if vocabulary is None:
-                raise ConfigurationError(
-                    "A word-input biLM (options without 'char_cnn') needs its vocabulary: a "
-                    "weight file that holds one, or the 'vocabulary' argument."
-                )
-            if options.n_tokens_vocab not in (None, len(vocabulary)):
-                raise ConfigurationError(
-                    f"The options give n_tokens_vocab {options.n_tokens_vocab}, but the "
-                    f"vocabulary has {len(vocabulary)} words."
-                )
-            options = dataclasses.replace(options, n_tokens_vocab=len(vocabulary))
-            self.vocabulary: Optional[List[str]] = list(vocabulary)
-            self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder] = ElmoWordEncoder(
+            options, arrays, self.vocabulary = self._word_input_setup(options, weight_file, vocabulary)
+            self._token_embedder = ElmoWordEncoder(
                 self.vocabulary, options.projection_dim, requires_grad=requires_grad
             )
         else:
-            self.vocabulary = None
             self._token_embedder = ElmoCharacterEncoder(options, requires_grad=requires_grad)
         self.options = options
         self.stateful = stateful
@@ -185,6 +168,31 @@ class ElmoBiLm(torch.nn.Module):
                 parameter.copy_(state[name])
         if getattr(self, "precision", FLOAT32) != FLOAT32:
             self.set_precision(self.precision)
+
+    @classmethod
+    def _word_input_setup(
+        cls, options: ElmoOptions, weight_file: Optional[str], vocabulary: Optional[List[str]]
+    ) -> Tuple[ElmoOptions, Optional[Dict[str, numpy.ndarray]], List[str]]:
+        """A word-input biLM's options (with its size), weight arrays (if a file) and words."""
+        arrays = None
+        if weight_file is not None:
+            if options.n_tokens_vocab is None:
+                raise ConfigurationError(
+                    f"The options of the word-input biLM {weight_file} lack 'n_tokens_vocab'."
+                )
+            arrays = layout.read_weight_file(weight_file, options)
+            vocabulary = cls._agreeing_vocabulary(vocabulary, arrays, weight_file)
+        if vocabulary is None:
+            raise ConfigurationError(
+                "A word-input biLM (options without 'char_cnn') needs its vocabulary: a "
+                "weight file that holds one, or the 'vocabulary' argument."
+            )
+        if options.n_tokens_vocab not in (None, len(vocabulary)):
+            raise ConfigurationError(
+                f"The options give n_tokens_vocab {options.n_tokens_vocab}, but the "
+                f"vocabulary has {len(vocabulary)} words."
+            )
+        return dataclasses.replace(options, n_tokens_vocab=len(vocabulary)), arrays, list(vocabulary)
 
     @staticmethod
     def _agreeing_vocabulary(
