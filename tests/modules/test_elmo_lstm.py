@@ -60,3 +60,25 @@ def test_the_backward_cells_can_read_other_inputs():
     assert torch.equal(mixed[..., 3:], backward_only[..., 3:])
     assert torch.equal(mixed_h[..., :3], forward_h[..., :3])
     assert torch.equal(mixed_h[..., 3:], backward_h[..., 3:])
+
+
+def test_batch_one_inference_uses_mkl_packed_weights_that_follow_weight_changes():
+    from elmo_plugin import ElmoBiLm, batch_to_ids
+    from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)
+    cell = bilm.lstm.forward_layers[0]
+    one_sentence = batch_to_ids([["The", "cat", "sat", "on", "the", "mat", "."]])
+    plain = bilm(one_sentence)["activations"]  # gradients enabled: the plain product
+    with torch.no_grad():
+        packed = bilm(one_sentence)["activations"]
+        assert cell._mkl_packed is not None
+        first_key = cell._mkl_packed[0]
+        for expected, actual in zip(plain, packed):
+            torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
+        cell.state_linearity.weight.mul_(0.5)  # e.g. new weights loaded in place
+        changed = bilm(one_sentence)["activations"]
+        assert cell._mkl_packed[0] != first_key
+    with torch.enable_grad():
+        expected_changed = bilm(one_sentence)["activations"]
+    torch.testing.assert_close(changed[-1], expected_changed[-1].detach(), rtol=0, atol=1e-5)
