@@ -45,6 +45,7 @@ from allennlp.training.util import evaluate
 from nltk import Tree
 from train_bilm import SHARED_DATA, make_model, prepare_brown, train_on_brown
 
+from elmo_plugin import ElmoBiLm
 from elmo_plugin.commands.export import export_bilm_model
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,12 +169,13 @@ def run_task(config: str, prefix: str, data: Tuple[str, str, str], elmo: Dict[st
 
 def accuracy_with_precision(model, params: Dict, test_path: str, precision: str) -> float:
     """Test accuracy of a trained model whose (frozen) biLM computes in `precision`."""
-    model._text_field_embedder._token_embedders["elmo"]._elmo._elmo_lstm.set_precision(precision)
+    bilm = next(module for module in model.modules() if isinstance(module, ElmoBiLm))
+    bilm.set_precision(precision)
     reader = DatasetReader.from_params(Params(copy.deepcopy(params["dataset_reader"])))
     loader = MultiProcessDataLoader(reader, test_path, batch_size=32)
     loader.index_with(model.vocab)
     accuracy = evaluate(model, loader)["accuracy"]
-    model._text_field_embedder._token_embedders["elmo"]._elmo._elmo_lstm.set_precision("float32")
+    bilm.set_precision("float32")
     return accuracy
 
 
