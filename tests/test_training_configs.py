@@ -72,9 +72,9 @@ class TestTaskConfigs(AllenNlpTestCase):
         validation_metric = TASK_CONFIGS[config][2]
         assert 0.0 <= metrics[f"validation_{validation_metric}"] <= 1.0
 
-        elmo = model._text_field_embedder._token_embedders["elmo"] if hasattr(
-            model, "_text_field_embedder") else model.text_field_embedder._token_embedders["elmo"]
-        assert type(elmo) is ElmoTokenEmbedder
+        embedders = [module for module in model.modules() if isinstance(module, ElmoTokenEmbedder)]
+        assert len(embedders) == 1 and type(embedders[0]) is ElmoTokenEmbedder
+        elmo = embedders[0]
         assert elmo._elmo._dropout.p == 0.5
         assert not elmo._elmo.scalar_mix_0.do_layer_norm
         # The L2 penalty reaches the scalar-mix weights and nothing else.
