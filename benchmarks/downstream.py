@@ -156,7 +156,7 @@ def run_task(config: str, prefix: str, data: Tuple[str, str, str], elmo: Dict[st
         params = without_elmo(params)
     serialization_dir = os.path.join(directory, f"{prefix}_{'elmo' if with_elmo else 'base'}_{seed}")
     start = time.perf_counter()
-    model = train_model(Params(params), serialization_dir)
+    model = train_model(Params(copy.deepcopy(params)), serialization_dir)  # it pops what it reads
     seconds = time.perf_counter() - start
     with open(os.path.join(serialization_dir, "metrics.json")) as handle:
         metrics = json.load(handle)
