@@ -108,9 +108,22 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
 
     def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, projection_dim)`."""
+        # A token's vector depends on its characters alone, and text repeats itself: a batch of
+        # 64 sentences of 20-30 tokens (with padding and boundaries) holds ~2,000 tokens but
+        # ~600 distinct ones. Each distinct token goes through the CNN once; autograd sums the
+        # gradients of its copies.
+        distinct_ids, copies = torch.unique(character_ids, dim=0, return_inverse=True)
+        if distinct_ids.size(0) == character_ids.size(0):
+            return self._embed_distinct_tokens(character_ids)
+        return self._embed_distinct_tokens(distinct_ids).index_select(0, copies)
+
+    def _embed_distinct_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         if character_ids.size(0) > _TOKENS_PER_CNN_CHUNK:
             return torch.cat(
-                [self.embed_tokens(chunk) for chunk in character_ids.split(_TOKENS_PER_CNN_CHUNK)]
+                [
+                    self._embed_distinct_tokens(chunk)
+                    for chunk in character_ids.split(_TOKENS_PER_CNN_CHUNK)
+                ]
             )
         # (num_tokens, char_dim, 50): Conv1d wants channels before positions.
         characters = torch.nn.functional.embedding(

@@ -235,16 +235,9 @@ class ElmoBiLm(torch.nn.Module):
         Context-free token representations `(batch_size, timesteps, projection_dim)` for
         character ids `(batch_size, timesteps, 50)`, without adding `<S>` and `</S>` (a biLM
         in training reads them from its data, where they also occur inside windows of text).
-
-        The char CNN runs once per distinct token of the batch (the vectors, and in training
-        their gradients, are then gathered per position): in a batch of natural text most
-        tokens repeat, and the CNN and highway layers are most of a small biLM's work.
         """
         batch_size, timesteps, characters_per_token = character_ids.size()
-        distinct_tokens, positions = torch.unique(
-            character_ids.reshape(-1, characters_per_token), dim=0, return_inverse=True
-        )
-        embedded = self._token_embedder.embed_tokens(distinct_tokens)[positions]
+        embedded = self._token_embedder.embed_tokens(character_ids.reshape(-1, characters_per_token))
         return embedded.view(batch_size, timesteps, -1)
 
     def reset_states(self) -> None:

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
@@ -82,3 +83,82 @@ def test_batch_one_inference_uses_mkl_packed_weights_that_follow_weight_changes(
     with torch.enable_grad():
         expected_changed = bilm(one_sentence)["activations"]
     torch.testing.assert_close(changed[-1], expected_changed[-1].detach(), rtol=0, atol=1e-5)
+
+
+def _lstm_and_inputs(requires_grad: bool = False):
+    torch.manual_seed(0)
+    lstm = ElmoLstm(6, 4, 7, num_layers=2, requires_grad=requires_grad).double()
+    inputs = torch.randn(3, 5, 6, dtype=torch.float64)
+    mask = torch.tensor([[True] * 5, [True] * 3 + [False] * 2, [True] + [False] * 4])
+    state = (torch.randn(2, 3, 8, dtype=torch.float64), torch.randn(2, 3, 14, dtype=torch.float64))
+    return lstm, inputs, mask, state
+
+
+def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkeypatch):
+    lstm, inputs, mask, state = _lstm_and_inputs()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        calls = []
+        run_in_parallel = ElmoLstm._run_directions_in_parallel
+        monkeypatch.setattr(
+            ElmoLstm,
+            "_run_directions_in_parallel",
+            lambda self, *arguments: calls.append(1) or run_in_parallel(self, *arguments),
+        )
+        with torch.no_grad():
+            parallel_outputs, (parallel_h, parallel_c) = lstm(inputs, mask, state)
+        with torch.inference_mode():
+            inference_outputs, _ = lstm(inputs, mask, state)
+        assert calls == [1, 1] and torch.get_num_threads() == 2
+        lstm.parallel_directions = False
+        with torch.no_grad():
+            serial_outputs, (serial_h, serial_c) = lstm(inputs, mask, state)
+        assert calls == [1, 1]
+    finally:
+        torch.set_num_threads(threads)
+    for parallel, serial in (
+        (parallel_outputs, serial_outputs),
+        (inference_outputs, serial_outputs),
+        (parallel_h, serial_h),
+        (parallel_c, serial_c),
+    ):
+        assert torch.allclose(parallel, serial, atol=1e-12, rtol=0)
+    assert parallel_outputs.abs().sum() > 0
+
+
+def test_directions_run_serially_where_threads_would_change_training():
+    lstm, inputs, mask, state = _lstm_and_inputs(requires_grad=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert not lstm._directions_in_parallel(inputs, inputs)  # trainable: a graph is recorded
+        with torch.no_grad():
+            assert lstm._directions_in_parallel(inputs, inputs)
+        frozen, *_ = _lstm_and_inputs()
+        assert frozen._directions_in_parallel(inputs, inputs)  # frozen biLM in a task model
+        trainable_inputs = inputs.clone().requires_grad_()
+        assert not frozen._directions_in_parallel(trainable_inputs, trainable_inputs)
+        with_dropout = ElmoLstm(6, 4, 7, num_layers=2, input_dropout_probability=0.1).double()
+        assert with_dropout.training and not with_dropout._directions_in_parallel(inputs, inputs)
+        assert with_dropout.eval()._directions_in_parallel(inputs, inputs)
+        torch.set_num_threads(1)
+        assert not frozen._directions_in_parallel(inputs, inputs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_restored(monkeypatch):
+    lstm, inputs, mask, state = _lstm_and_inputs()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        def fail(*arguments):
+            raise RuntimeError("backward cell failed")
+
+        monkeypatch.setattr(lstm.backward_layers[1], "forward", fail)
+        with torch.no_grad(), pytest.raises(RuntimeError, match="backward cell failed"):
+            lstm(inputs, mask, state)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
