@@ -2,6 +2,7 @@
 ELMo's LSTM stack: separate forward and backward stacks of LSTM cells with a projected output,
 cell and projection clipping, optional residual connections between layers.
 """
+import os
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Dict, List, Optional, Tuple
 
@@ -17,11 +18,19 @@ LstmState = Tuple[torch.Tensor, torch.Tensor]
 # One direction's outputs per layer, final states per layer, final memories per layer.
 DirectionResult = Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]
 
-# Runs the backward direction while the calling thread runs the forward one
-# (`ElmoLstm.parallel_directions`); its thread starts on first use.
-_BACKWARD_DIRECTION_WORKER = ThreadPoolExecutor(
-    max_workers=1, thread_name_prefix="elmo-backward-direction"
-)
+# Per process (pid, executor): runs the backward direction while the calling thread runs the
+# forward one (`ElmoLstm.parallel_directions`).
+_backward_direction_worker: Optional[Tuple[int, ThreadPoolExecutor]] = None
+
+
+def _backward_direction_executor() -> ThreadPoolExecutor:
+    # A forked child (e.g. a data-loader worker) inherits the executor but not its thread,
+    # and work submitted to it would wait forever: each process makes its own.
+    global _backward_direction_worker
+    if _backward_direction_worker is None or _backward_direction_worker[0] != os.getpid():
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-backward-direction")
+        _backward_direction_worker = (os.getpid(), executor)
+    return _backward_direction_worker[1]
 
 
 class TfForgetBias(torch.nn.Module):
@@ -489,7 +498,7 @@ class ElmoLstm(torch.nn.Module):
                 return self._run_direction(*backward_arguments)
 
         torch.set_num_threads(threads_per_direction)
-        backward_result = _BACKWARD_DIRECTION_WORKER.submit(backward_direction)
+        backward_result = _backward_direction_executor().submit(backward_direction)
         try:
             forward_result = self._run_direction(*forward_arguments)
         finally:

@@ -1,3 +1,5 @@
+import multiprocessing
+
 import pytest
 import torch
 
@@ -162,3 +164,25 @@ def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_rest
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread():
+    lstm, inputs, mask, state = _lstm_and_inputs()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            expected, _ = lstm(inputs, mask, state)  # the parent's worker thread now exists
+        context = multiprocessing.get_context("fork")
+        with context.Pool(1) as pool:
+            # The child computes in a fresh worker thread; a hang here would time out.
+            computed = pool.apply_async(_outputs_in_child, (lstm, inputs, mask, state)).get(60)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.allclose(computed, expected, atol=1e-12, rtol=0)
+
+
+def _outputs_in_child(lstm, inputs, mask, state):
+    torch.set_num_threads(2)
+    with torch.no_grad():
+        return lstm(inputs, mask, state)[0]
