@@ -87,6 +87,15 @@ def test_batch_one_inference_uses_mkl_packed_weights_that_follow_weight_changes(
     torch.testing.assert_close(changed[-1], expected_changed[-1].detach(), rtol=0, atol=1e-5)
 
 
+@pytest.fixture
+def two_threads():
+    """Two torch threads for the test (the parallel directions need two), restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _lstm_and_inputs(requires_grad: bool = False):
     torch.manual_seed(0)
     lstm = ElmoLstm(6, 4, 7, num_layers=2, requires_grad=requires_grad).double()
@@ -96,29 +105,24 @@ def _lstm_and_inputs(requires_grad: bool = False):
     return lstm, inputs, mask, state
 
 
-def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkeypatch):
+def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkeypatch, two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        calls = []
-        run_in_parallel = ElmoLstm._run_directions_in_parallel
-        monkeypatch.setattr(
-            ElmoLstm,
-            "_run_directions_in_parallel",
-            lambda self, *arguments: calls.append(1) or run_in_parallel(self, *arguments),
-        )
-        with torch.no_grad():
-            parallel_outputs, (parallel_h, parallel_c) = lstm(inputs, mask, state)
-        with torch.inference_mode():
-            inference_outputs, _ = lstm(inputs, mask, state)
-        assert calls == [1, 1] and torch.get_num_threads() == 2
-        lstm.parallel_directions = False
-        with torch.no_grad():
-            serial_outputs, (serial_h, serial_c) = lstm(inputs, mask, state)
-        assert calls == [1, 1]
-    finally:
-        torch.set_num_threads(threads)
+    calls = []
+    run_in_parallel = ElmoLstm._run_directions_in_parallel
+    monkeypatch.setattr(
+        ElmoLstm,
+        "_run_directions_in_parallel",
+        lambda self, *arguments: calls.append(1) or run_in_parallel(self, *arguments),
+    )
+    with torch.no_grad():
+        parallel_outputs, (parallel_h, parallel_c) = lstm(inputs, mask, state)
+    with torch.inference_mode():
+        inference_outputs, _ = lstm(inputs, mask, state)
+    assert calls == [1, 1] and torch.get_num_threads() == 2
+    lstm.parallel_directions = False
+    with torch.no_grad():
+        serial_outputs, (serial_h, serial_c) = lstm(inputs, mask, state)
+    assert calls == [1, 1]
     for parallel, serial in (
         (parallel_outputs, serial_outputs),
         (inference_outputs, serial_outputs),
@@ -129,56 +133,43 @@ def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkey
     assert parallel_outputs.abs().sum() > 0
 
 
-def test_directions_run_serially_where_threads_would_change_training():
+def test_directions_run_serially_where_threads_would_change_training(two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs(requires_grad=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        assert not lstm._directions_in_parallel(inputs, inputs)  # trainable: a graph is recorded
-        with torch.no_grad():
-            assert lstm._directions_in_parallel(inputs, inputs)
-        frozen, *_ = _lstm_and_inputs()
-        assert frozen._directions_in_parallel(inputs, inputs)  # frozen biLM in a task model
-        trainable_inputs = inputs.clone().requires_grad_()
-        assert not frozen._directions_in_parallel(trainable_inputs, trainable_inputs)
-        with_dropout = ElmoLstm(6, 4, 7, num_layers=2, input_dropout_probability=0.1).double()
-        assert with_dropout.training and not with_dropout._directions_in_parallel(inputs, inputs)
-        assert with_dropout.eval()._directions_in_parallel(inputs, inputs)
-        torch.set_num_threads(1)
-        assert not frozen._directions_in_parallel(inputs, inputs)
-    finally:
-        torch.set_num_threads(threads)
+    assert not lstm._directions_in_parallel(inputs, inputs)  # trainable: a graph is recorded
+    with torch.no_grad():
+        assert lstm._directions_in_parallel(inputs, inputs)
+    frozen, *_ = _lstm_and_inputs()
+    assert frozen._directions_in_parallel(inputs, inputs)  # frozen biLM in a task model
+    trainable_inputs = inputs.clone().requires_grad_()
+    assert not frozen._directions_in_parallel(trainable_inputs, trainable_inputs)
+    with_dropout = ElmoLstm(6, 4, 7, num_layers=2, input_dropout_probability=0.1).double()
+    assert with_dropout.training and not with_dropout._directions_in_parallel(inputs, inputs)
+    assert with_dropout.eval()._directions_in_parallel(inputs, inputs)
+    torch.set_num_threads(1)
+    assert not frozen._directions_in_parallel(inputs, inputs)
 
 
-def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_restored(monkeypatch):
+def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_restored(
+    monkeypatch, two_threads
+):
     lstm, inputs, mask, state = _lstm_and_inputs()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        def fail(*arguments):
-            raise RuntimeError("backward cell failed")
 
-        monkeypatch.setattr(lstm.backward_layers[1], "forward", fail)
-        with torch.no_grad(), pytest.raises(RuntimeError, match="backward cell failed"):
-            lstm(inputs, mask, state)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)
+    def fail(*arguments):
+        raise RuntimeError("backward cell failed")
+
+    monkeypatch.setattr(lstm.backward_layers[1], "forward", fail)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="backward cell failed"):
+        lstm(inputs, mask, state)
+    assert torch.get_num_threads() == 2
 
 
-def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread():
+def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread(two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with torch.no_grad():
-            expected, _ = lstm(inputs, mask, state)  # the parent's worker thread now exists
-        context = multiprocessing.get_context("fork")
-        with context.Pool(1) as pool:
-            # The child computes in a fresh worker thread; a hang here would time out.
-            computed = pool.apply_async(_outputs_in_child, (lstm, inputs, mask, state)).get(60)
-    finally:
-        torch.set_num_threads(threads)
+    with torch.no_grad():
+        expected, _ = lstm(inputs, mask, state)  # the parent's worker thread now exists
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        # The child computes in a fresh worker thread; a hang here would time out.
+        computed = pool.apply_async(_outputs_in_child, (lstm, inputs, mask, state)).get(60)
     assert torch.allclose(computed, expected, atol=1e-12, rtol=0)
 
 
