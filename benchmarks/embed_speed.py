@@ -2,6 +2,7 @@
 Embedding speed of our `ElmoBiLm` against AllenNLP's `_ElmoBiLm`, interleaved in one process.
 
     python benchmarks/embed_speed.py [--passes 3] [--batch-sizes 1 16 64] [--threads 2]
+    python benchmarks/embed_speed.py --device cuda --batch-sizes 1 16 64 256
 
 Both load the same random weights of the original ELMo architecture
 (2x4096_512_2048cnn_2xhighway, written in the published layout) and embed the same 20-30 token
@@ -16,7 +17,14 @@ own shapes.
 The opt-in reduced precisions (`--precisions bfloat16 int8`, both by default) run in the same
 passes from the same weights: tokens/s, ratios to AllenNLP and to our float32, and their
 fidelity (per biLM layer, the mean cosine of each token's vector to our float32 vector; the
-smallest of those means is printed).
+smallest of those means is printed). `--serial-directions` adds ours with the two directions
+run one after the other (`ElmoLstm.parallel_directions = False`), to measure what running them
+side by side gains.
+
+On a GPU (`--device cuda`) the same comparison runs there: float32 with TF32 turned off for
+both (cuDNN's convolutions would otherwise use it), bfloat16 as the opt-in precision (int8 is
+CPU only), timings after `torch.cuda.synchronize()`, and peak memory as the GPU memory
+allocated during one forward pass on top of what the loaded models hold.
 """
 import argparse
 import statistics
@@ -35,9 +43,9 @@ from elmo_plugin.weights.random_weights import ORIGINAL_OPTIONS, write_random_el
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 
 
-def sentences(count: int) -> List[List[str]]:
+def sentences(count: int, path: Path) -> List[List[str]]:
     found = []
-    for line in (SHARED / "data" / "lm_eval" / "wikitext2.valid.txt").read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         tokens = line.split()
         if 20 <= len(tokens) <= 30 and not line.lstrip().startswith("="):
             found.append(tokens)
@@ -56,20 +64,35 @@ def flops_per_position(options: ElmoOptions) -> float:
     return float(cnn + highway + projection + lstm)
 
 
-def gemm_rate(batch: int, options: ElmoOptions, repeats: int = 20) -> float:
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_rate(batch: int, options: ElmoOptions, device: torch.device, repeats: int = 20) -> float:
     """GFLOP/s of the LSTM's recurrent GEMM, (batch, p) x (p, 4c), the dominant shape."""
-    a = torch.randn(batch, options.projection_dim)
-    b = torch.randn(options.projection_dim, 4 * options.cell_dim)
+    a = torch.randn(batch, options.projection_dim, device=device)
+    b = torch.randn(options.projection_dim, 4 * options.cell_dim, device=device)
     for _ in range(3):
         a @ b
+    synchronize(device)
     start = time.perf_counter()
     for _ in range(repeats):
         a @ b
+    synchronize(device)
     seconds = (time.perf_counter() - start) / repeats
     return 2 * batch * options.projection_dim * 4 * options.cell_dim / seconds / 1e9
 
 
-def peak_rss_mb_during(function) -> float:
+def peak_memory_mb_during(function, device: torch.device) -> float:
+    """CPU: the process's peak resident memory; GPU: memory allocated on top of the models."""
+    if device.type == "cuda":
+        synchronize(device)
+        resident = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        function()
+        synchronize(device)
+        return (torch.cuda.max_memory_allocated(device) - resident) / 2**20
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
@@ -90,29 +113,50 @@ def main() -> None:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batches-per-pass", type=int, default=2)
-    parser.add_argument("--precisions", nargs="*", default=["bfloat16", "int8"],
-                        help="opt-in reduced precisions to time and compare with float32")
+    parser.add_argument("--precisions", nargs="*", default=None,
+                        help="opt-in reduced precisions to time and compare with float32 "
+                             "(default: bfloat16 and int8 on the CPU, bfloat16 on a GPU)")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N]")
+    parser.add_argument("--serial-directions", action="store_true",
+                        help="also time ours with ElmoLstm.parallel_directions off")
+    parser.add_argument("--sentences-file", type=Path,
+                        default=SHARED / "data" / "lm_eval" / "wikitext2.valid.txt")
     args = parser.parse_args()
+    device = torch.device(args.device)
+    if args.precisions is None:
+        args.precisions = ["bfloat16", "int8"] if device.type == "cpu" else ["bfloat16"]
     torch.set_num_threads(args.threads)
+    # float32 means float32 on a GPU too: no TF32 in cuDNN's convolutions or cuBLAS.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     from allennlp.modules.elmo import _ElmoBiLm
 
     with tempfile.TemporaryDirectory() as work:
         options_file, weight_file = write_random_elmo(work, ORIGINAL_OPTIONS, seed=0)
         options = ElmoOptions.from_file(options_file)
         models = {
-            "allennlp": _ElmoBiLm(options_file, weight_file).eval(),
-            "ours": ElmoBiLm(options_file, weight_file).eval(),
+            "allennlp": _ElmoBiLm(options_file, weight_file).eval().to(device),
+            "ours": ElmoBiLm(options_file, weight_file).eval().to(device),
         }
         for precision in args.precisions:
-            models[f"ours {precision}"] = ElmoBiLm(options_file, weight_file, precision=precision).eval()
+            models[f"ours {precision}"] = (
+                ElmoBiLm(options_file, weight_file, precision=precision).eval().to(device)
+            )
+        if args.serial_directions:
+            models["ours serial directions"] = ElmoBiLm(options_file, weight_file).eval().to(device)
+            models["ours serial directions"].lstm.parallel_directions = False
     flops = flops_per_position(options)
-    print(f"original architecture, random weights, float32, {args.threads} threads, "
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} threads"
+    memory = "peak GPU MB over models" if device.type == "cuda" else "peak RSS MB"
+    print(f"original architecture, random weights, float32, {where}, "
           f"{flops / 1e6:.0f} MFLOP per position")
     print(f"{'batch':>5} {'allennlp tok/s':>15} {'ours tok/s':>11} {'ratio':>6} {'max |diff|':>11} "
-          f"{'peak RSS MB allennlp':>21} {'ours':>6} {'GEMM GFLOP/s':>13} {'ours % of limit':>16}")
+          f"{memory + ' allennlp':>21} {'ours':>6} {'GEMM GFLOP/s':>13} {'ours % of limit':>16}")
     for batch_size in args.batch_sizes:
-        data = sentences(batch_size * args.batches_per_pass)
-        batches = [batch_to_ids(data[i : i + batch_size]) for i in range(0, len(data), batch_size)]
+        data = sentences(batch_size * args.batches_per_pass, args.sentences_file)
+        batches = [
+            batch_to_ids(data[i : i + batch_size]).to(device) for i in range(0, len(data), batch_size)
+        ]
         tokens = sum(len(s) for s in data)
         rates: Dict[str, List[float]] = {name: [] for name in models}
         models["allennlp"]._elmo_lstm.reset_states()
@@ -125,8 +169,10 @@ def main() -> None:
         for pass_index in range(args.passes):
             outputs = {}
             for name, model in models.items():
+                synchronize(device)
                 start = time.perf_counter()
                 outputs[name] = [model(ids)["activations"] for ids in batches]
+                synchronize(device)
                 rates[name].append(tokens / (time.perf_counter() - start))
             for ours, theirs in zip(outputs["ours"], outputs["allennlp"]):
                 for a, b in zip(ours, theirs):
@@ -138,10 +184,10 @@ def main() -> None:
                         cosines[name].append(float(
                             torch.nn.functional.cosine_similarity(a[mask], b[mask], dim=-1).mean()))
         for name, model in models.items():
-            peaks[name] = peak_rss_mb_during(lambda: model(batches[0]))
+            peaks[name] = peak_memory_mb_during(lambda: model(batches[0]), device)
         allennlp_rate = statistics.median(rates["allennlp"])
         our_rate = statistics.median(rates["ours"])
-        gflops = gemm_rate(batch_size, options)
+        gflops = gemm_rate(batch_size, options, device)
         limit = gflops * 1e9 / flops
         print(f"{batch_size:>5} {allennlp_rate:>15.1f} {our_rate:>11.1f} {our_rate / allennlp_rate:>6.2f} "
               f"{difference:>11.2e} {peaks['allennlp']:>21.0f} {peaks['ours']:>6.0f} {gflops:>13.1f} "
@@ -150,7 +196,7 @@ def main() -> None:
             rate = statistics.median(rates[name])
             print(f"{'':>5} {name}: {rate:.1f} tok/s, {rate / allennlp_rate:.2f}x AllenNLP, "
                   f"{rate / our_rate:.2f}x ours float32; cosine to float32 per layer and token: "
-                  f"min of layer means {min(cosines[name]):.5f}; peak RSS {peaks[name]:.0f} MB")
+                  f"min of layer means {min(cosines[name]):.5f}; {memory} {peaks[name]:.0f}")
 
 
 if __name__ == "__main__":

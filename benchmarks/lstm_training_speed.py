@@ -1,7 +1,7 @@
 """
 Training speed of the LSTM stack: our `ElmoLstm` against AllenNLP's, interleaved in one process.
 
-    python benchmarks/lstm_training_speed.py [--passes 5] [--threads 2]
+    python benchmarks/lstm_training_speed.py [--passes 5] [--threads 2] [--device cuda]
 
 One training pass = forward with gradients, a loss on every output, backward. Both stacks get
 the same weights (random, with cell and projection clipping and residual connections, as in
@@ -23,6 +23,7 @@ from typing import Dict, List, Tuple
 
 import torch
 from allennlp.modules.elmo_lstm import ElmoLstm as AllenNlpElmoLstm
+from embed_speed import synchronize
 
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
 
@@ -38,6 +39,7 @@ def training_pass(lstm: torch.nn.Module, inputs: torch.Tensor, mask: torch.Tenso
                   ours: bool) -> Tuple[torch.Tensor, float]:
     for parameter in lstm.parameters():
         parameter.grad = None
+    synchronize(inputs.device)
     start = time.perf_counter()
     if ours:
         outputs, _ = lstm(inputs, mask, lstm.zero_state(inputs.size(0), inputs))
@@ -45,6 +47,7 @@ def training_pass(lstm: torch.nn.Module, inputs: torch.Tensor, mask: torch.Tenso
         lstm.reset_states()
         outputs = lstm(inputs, mask)
     outputs.pow(2).sum().backward()
+    synchronize(inputs.device)
     return outputs.detach(), time.perf_counter() - start
 
 
@@ -52,9 +55,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N] (float32, TF32 off)")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    print(f"{args.threads} threads, forward + backward, median of {args.passes} passes")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} threads"
+    print(f"{where}, forward + backward, median of {args.passes} passes")
     print(f"{'shape':50s} {'allennlp ms':>12} {'ours ms':>8} {'ratio':>6} "
           f"{'output diff':>12} {'grad diff':>10}")
     for description, batch_size, (shortest, longest), size, cell_size in SHAPES:
@@ -64,11 +71,13 @@ def main() -> None:
         ours = ElmoLstm(size, size, cell_size, 2, requires_grad=True,
                         memory_cell_clip_value=3.0, state_projection_clip_value=3.0)
         ours.load_state_dict(theirs.state_dict())
+        theirs.to(device)
+        ours.to(device)
         inputs = torch.randn(batch_size, longest, size)
         lengths = torch.randint(shortest, longest + 1, (batch_size,))
         lengths[0] = longest
         mask = torch.arange(longest) < lengths.unsqueeze(1)
-        inputs = inputs * mask.unsqueeze(-1)
+        inputs, mask = (inputs * mask.unsqueeze(-1)).to(device), mask.to(device)
         times: Dict[str, List[float]] = {"allennlp": [], "ours": []}
         for _ in range(args.passes + 1):  # the first pass warms up, not counted
             their_outputs, their_time = training_pass(theirs, inputs, mask, ours=False)
