@@ -319,7 +319,11 @@ class ElmoLstm(torch.nn.Module):
         random happens (no dropout in training mode), so results do not depend on thread
         timing. Worth 1.5x at batches of 1 and 16 on two cores: per step, each direction's
         small products and element-wise operations are too small to split across cores, and
-        two of them side by side keep both cores busy. Also an attribute, settable any time.
+        two of them side by side keep both cores busy. Not on a GPU, where the per-step kernels
+        are so small that the GPU mostly waits for the host to launch them: a second thread
+        launching the backward direction on a second CUDA stream was tried and measured 0.79-1.04x
+        of the serial loop (Python's GIL serialises the launches; BENCHMARKS.md). Also an
+        attribute, settable any time.
     """
 
     def __init__(

@@ -7,6 +7,10 @@ halves the bytes and int8 quarters them, and on CPUs with AVX512-BF16 / VNNI bot
 faster. The float32 parameters stay as they are (export, state dicts and fine-tuning see no
 difference); each layer gets a packed copy, made once, that `forward` uses instead. The
 char CNN's convolutions stay in float32. Fidelity is measured in BENCHMARKS.md.
+
+On a GPU, bfloat16 runs but is slower than float32 (0.6-0.9x on an H100, BENCHMARKS.md): the
+per-step products are too small for halved bytes to matter there, and the casts add kernels
+to a loop whose time is the host launching them.
 """
 from typing import Optional
 
