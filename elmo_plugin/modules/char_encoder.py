@@ -140,9 +140,10 @@ def _convolve_and_max_pool(characters: torch.Tensor, convolution: torch.nn.Conv1
 
     Computed as one matrix product of every window of `width` characters (a strided view,
     copied once into rows) with the flattened filters, instead of `Conv1d.forward`: on a GPU,
-    cuDNN's heuristics pick FFT algorithms for some of these shapes, measured 20x slower than
-    this product on an H100 and with gigabytes of workspace (BENCHMARKS.md); on the CPU the
-    product is ~1.1x faster than oneDNN's convolution. Same sums, other order: float32 rounding.
+    cuDNN's heuristics picked FFT algorithms for our chunks of tokens, 26 ms per batch of 64
+    sentences on an H100 (AllenNLP's implicit-GEMM convolutions of the same batch: 1.3 ms) and
+    17 GB of workspace (BENCHMARKS.md); on the CPU the product is ~1.1x faster than oneDNN's
+    convolution. Same sums in another order: the results differ by float32 rounding.
     """
     num_tokens, _, char_dim = characters.shape
     width = convolution.kernel_size[0]
