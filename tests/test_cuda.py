@@ -8,33 +8,27 @@ since its 10-bit mantissa is far outside the 1e-6 that the TensorFlow fixture de
 """
 import json
 
-import h5py
 import numpy
 import pytest
 import torch
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
-from allennlp.modules.elmo import Elmo as AllenNlpElmo
-from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
-from allennlp.nn.util import remove_sentence_boundaries
 
-from elmo_plugin import Elmo, ElmoBiLm, ElmoEmbedder, batch_to_ids
+from elmo_plugin import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_plugin.commands.export import export_bilm_model
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import (
     BILM_CONFIGS,
-    CARRIED_STATE_BATCHES,
-    ELMO_FIXTURES,
     ELMO_OPTIONS_FILE,
     ELMO_WEIGHT_FILE,
     ORACLE_ARCHITECTURES,
     bilm_data_overrides,
 )
 from tests.modules.oracle import (
-    FLOAT64_TOLERANCE,
-    assert_float32_within_noise,
-    max_difference,
+    check_bilm_equals_allennlp,
+    check_elmo_gradients_equal_allennlp,
+    check_top_layer_matches_tensorflow,
     write_architecture,
 )
 
@@ -52,19 +46,7 @@ def strict_float32():
 
 
 def test_top_layer_matches_tensorflow_on_the_gpu():
-    with open(ELMO_FIXTURES / "sentences.json") as sentences_handle:
-        sentences = json.load(sentences_handle)
-    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).to(CUDA)
-    for i in range(10):
-        batch = [sentences[k][i].split() for k in range(3)]
-        output = bilm(batch_to_ids(batch).to(CUDA))
-        top_layer, mask = remove_sentence_boundaries(output["activations"][2], output["mask"])
-        assert top_layer.device.type == "cuda"
-        for k in range(3):
-            with h5py.File(ELMO_FIXTURES / f"lm_embeddings_{k}.hdf5", "r") as handle:
-                expected = numpy.concatenate(handle[str(i)][...], axis=-1)
-            actual = top_layer[k, : len(batch[k])].detach().cpu().numpy()
-            assert numpy.allclose(actual, expected, atol=1e-6)
+    check_top_layer_matches_tensorflow(CUDA)
 
 
 @pytest.mark.parametrize("architecture", sorted(ORACLE_ARCHITECTURES))
@@ -72,42 +54,14 @@ def test_bilm_equals_allennlp_on_the_gpu(architecture, tmp_path):
     options_file, weight_file = write_architecture(
         tmp_path, ORACLE_ARCHITECTURES[architecture](), seed=11
     )
-    batches = [batch_to_ids(batch).to(CUDA) for batch in CARRIED_STATE_BATCHES]
-    outputs = {}
-    for name, bilm_class in (("ours", ElmoBiLm), ("theirs", AllenNlpElmoBiLm)):
-        for dtype in (torch.float64, torch.float32):
-            bilm = bilm_class(options_file, weight_file).to(CUDA, dtype)
-            outputs[name, dtype] = [
-                [activation.detach() for activation in bilm(ids)["activations"]] for ids in batches
-            ]
-    for index in range(len(batches)):
-        reference = outputs["theirs", torch.float64][index]
-        assert max_difference(outputs["ours", torch.float64][index], reference) <= FLOAT64_TOLERANCE
-        assert_float32_within_noise(
-            outputs["ours", torch.float32][index], outputs["theirs", torch.float32][index], reference
-        )
+    check_bilm_equals_allennlp(options_file, weight_file, CUDA)
 
 
 def test_elmo_gradients_equal_allennlp_on_the_gpu(tmp_path):
     options_file, weight_file = write_architecture(
         tmp_path, ORACLE_ARCHITECTURES["fixture"](), seed=7
     )
-    batches = [batch_to_ids(batch).to(CUDA) for batch in CARRIED_STATE_BATCHES]
-    gradients = {}
-    for name, elmo_class in (("ours", Elmo), ("theirs", AllenNlpElmo)):
-        elmo = elmo_class(options_file, weight_file, 1, requires_grad=True, dropout=0.0)
-        elmo = elmo.to(CUDA, torch.float64)
-        generator = torch.Generator(device=CUDA).manual_seed(1)
-        for ids in batches:
-            representation = elmo(ids)["elmo_representations"][0]
-            weights = torch.randn(
-                representation.shape, dtype=torch.float64, device=CUDA, generator=generator
-            )
-            (representation * weights).sum().backward()
-        gradients[name] = {key: p.grad for key, p in elmo.named_parameters()}
-    assert set(gradients["ours"]) == set(gradients["theirs"])
-    for key, gradient in gradients["theirs"].items():
-        torch.testing.assert_close(gradients["ours"][key], gradient, rtol=1e-9, atol=1e-9, msg=key)
+    check_elmo_gradients_equal_allennlp(options_file, weight_file, CUDA)
 
 
 def test_bfloat16_runs_on_the_gpu_and_int8_is_refused_there():

@@ -8,6 +8,7 @@ from tests.helpers import CARRIED_STATE_BATCHES, ORACLE_ARCHITECTURES
 from tests.modules.oracle import (
     FLOAT64_TOLERANCE,
     assert_float32_within_noise,
+    check_elmo_gradients_equal_allennlp,
     max_difference,
     write_architecture,
 )
@@ -112,23 +113,7 @@ class TestElmo(AllenNlpTestCase):
         assert output["mask"].shape == (2, 2, 4)
 
     def test_gradients_equal_allennlp(self):
-        ids = [batch_to_ids(batch) for batch in CARRIED_STATE_BATCHES]
-        gradients = {}
-        for name, cls in (("ours", Elmo), ("theirs", AllenNlpElmo)):
-            torch.manual_seed(0)
-            elmo = cls(self.options_file, self.weight_file, 1, requires_grad=True, dropout=0.0).double()
-            parameters = dict(elmo.named_parameters())
-            assert all(p.requires_grad for p in parameters.values())
-            torch.manual_seed(1)
-            for batch_ids in ids:
-                representation = elmo(batch_ids)["elmo_representations"][0]
-                weights = torch.randn(representation.shape, dtype=torch.float64)
-                (representation * weights).sum().backward()
-            gradients[name] = {key: p.grad for key, p in parameters.items()}
-        assert set(gradients["ours"]) == set(gradients["theirs"])
-        for key, gradient in gradients["theirs"].items():
-            assert gradient is not None and gradients["ours"][key] is not None, key
-            torch.testing.assert_close(gradients["ours"][key], gradient, rtol=1e-9, atol=1e-9, msg=key)
+        check_elmo_gradients_equal_allennlp(self.options_file, self.weight_file, torch.device("cpu"))
 
     def test_frozen_by_default(self):
         elmo = Elmo(self.options_file, self.weight_file, 1)

@@ -1,27 +1,20 @@
-import json
 
-import h5py
-import numpy
 import pytest
 import torch
 from allennlp.common.testing import AllenNlpTestCase
 from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
-from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin import ElmoBiLm, batch_to_ids
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import (
-    CARRIED_STATE_BATCHES,
-    ELMO_FIXTURES,
     ELMO_OPTIONS_FILE,
     ELMO_WEIGHT_FILE,
     ORACLE_ARCHITECTURES,
     fixture_options,
 )
 from tests.modules.oracle import (
-    FLOAT64_TOLERANCE,
-    assert_float32_within_noise,
-    max_difference,
+    check_bilm_equals_allennlp,
+    check_top_layer_matches_tensorflow,
     write_architecture,
 )
 
@@ -30,25 +23,7 @@ class TestReferenceActivations(AllenNlpTestCase):
     """The biLM reproduces the outputs of the original TensorFlow code (AllenNLP's own test)."""
 
     def test_top_layer_matches_tensorflow(self):
-        with open(ELMO_FIXTURES / "sentences.json") as sentences_handle:
-            sentences = json.load(sentences_handle)
-        expected = []
-        for k in range(3):
-            with h5py.File(ELMO_FIXTURES / f"lm_embeddings_{k}.hdf5", "r") as handle:
-                # (2, n, 16) forward and backward halves -> (n, 32)
-                expected.append([numpy.concatenate(handle[str(i)][...], axis=-1) for i in range(10)])
-        bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
-        for i in range(10):
-            batch = [sentences[k][i].split() for k in range(3)]
-            output = bilm(batch_to_ids(batch))
-            top_layer, mask = remove_sentence_boundaries(output["activations"][2], output["mask"])
-            lengths = mask.sum(dim=1).tolist()
-            assert lengths == [len(sentence) for sentence in batch]
-            for k in range(3):
-                # AllenNLP's own criterion for this fixture (numpy's default rtol of 1e-5).
-                assert numpy.allclose(
-                    top_layer[k, : lengths[k]].detach().numpy(), expected[k][i], atol=1e-6
-                )
+        check_top_layer_matches_tensorflow(torch.device("cpu"))
 
 
 @pytest.mark.parametrize("architecture", sorted(ORACLE_ARCHITECTURES))
@@ -56,25 +31,7 @@ def test_bilm_equals_allennlp_over_carried_state_batches(architecture, tmp_path)
     options_file, weight_file = write_architecture(
         tmp_path, ORACLE_ARCHITECTURES[architecture](), seed=11
     )
-    batches = [batch_to_ids(batch) for batch in CARRIED_STATE_BATCHES]
-    outputs = {}
-    for name, bilm_class in (("ours", ElmoBiLm), ("theirs", AllenNlpElmoBiLm)):
-        for dtype in (torch.float64, torch.float32):
-            bilm = bilm_class(options_file, weight_file).to(dtype)
-            results = [bilm(ids) for ids in batches]
-            outputs[name, dtype] = [
-                [activation.detach() for activation in result["activations"]] for result in results
-            ]
-            outputs[name, "mask"] = [result["mask"] for result in results]
-    for batch_index in range(len(batches)):
-        assert torch.equal(outputs["ours", "mask"][batch_index], outputs["theirs", "mask"][batch_index])
-        reference = outputs["theirs", torch.float64][batch_index]
-        assert max_difference(outputs["ours", torch.float64][batch_index], reference) <= FLOAT64_TOLERANCE
-        assert_float32_within_noise(
-            outputs["ours", torch.float32][batch_index],
-            outputs["theirs", torch.float32][batch_index],
-            reference,
-        )
+    check_bilm_equals_allennlp(options_file, weight_file, torch.device("cpu"))
 
 
 class TestElmoBiLm(AllenNlpTestCase):
