@@ -2,11 +2,13 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
+import functools
 from typing import List, Optional
 
 import torch
 from allennlp.modules.highway import Highway
 
+from elmo_plugin.modules.cpu_linear import linear
 from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
@@ -93,15 +95,19 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
             self._packed_projection = packed(self._projection, precision)
 
     def _highways_and_projection(self, pooled: torch.Tensor) -> torch.Tensor:
-        if self._packed_projection is None:
-            return self._projection(self._highways(pooled))
-        # AllenNLP's Highway.forward, with the packed products in place of its Linear layers.
+        # AllenNLP's Highway.forward, written out so that its products can be the packed
+        # reduced-precision ones or `cpu_linear.linear` (the layers hold the parameters).
+        highway_products = self._packed_highways or [
+            functools.partial(_linear_layer, layer) for layer in self._highways._layers
+        ]
         current = pooled
-        for layer in self._packed_highways:
-            nonlinear_part, gate = layer(current).chunk(2, dim=-1)
+        for product in highway_products:
+            nonlinear_part, gate = product(current).chunk(2, dim=-1)
             gate = torch.sigmoid(gate)
             current = gate * current + (1 - gate) * torch.nn.functional.relu(nonlinear_part)
-        return self._packed_projection(current)
+        if self._packed_projection is not None:
+            return self._packed_projection(current)
+        return self._projection(current)
 
     def get_output_dim(self) -> int:
         return self.options.projection_dim
@@ -149,9 +155,13 @@ def _convolve_and_max_pool(characters: torch.Tensor, convolution: torch.nn.Conv1
     width = convolution.kernel_size[0]
     # (num_tokens, positions, char_dim, width): the layout of the filters' (char_dim, width).
     windows = characters.unfold(1, width, 1)
-    products = torch.nn.functional.linear(
+    products = linear(
         windows.reshape(num_tokens, windows.size(1), char_dim * width),
         convolution.weight.reshape(convolution.out_channels, char_dim * width),
         convolution.bias,
     )
     return torch.max(products, dim=1)[0]
+
+
+def _linear_layer(layer: torch.nn.Linear, inputs: torch.Tensor) -> torch.Tensor:
+    return linear(inputs, layer.weight, layer.bias)

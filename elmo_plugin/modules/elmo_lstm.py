@@ -11,6 +11,7 @@ from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 from torch.nn.utils import parametrize
 
+from elmo_plugin.modules.cpu_linear import linear
 from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
 from elmo_plugin.weights.layout import TF_FORGET_BIAS
 
@@ -202,15 +203,21 @@ class LstmCellWithProjection(torch.nn.Module):
             state_product = self._packed["state"]
             state_projection = self._packed["projection"]
         else:
-            input_product, state_projection = self.input_linearity, self.state_projection
+            # The projection stays `functional.linear`: a narrow product with long sums, which
+            # oneDNN adds up less accurately (`cpu_linear`) at no gain in time.
+            state_projection = self.state_projection
+            input_weight = self.input_linearity.weight
             # Fetched once: a parametrized bias (`TfForgetBias`) is recomputed on every access.
             state_weight, state_bias = self.state_linearity.weight, self.state_linearity.bias
             packed_weight = self._mkl_packed_state_weight(inputs.size(0), state_weight)
 
+            def input_product(inputs: torch.Tensor) -> torch.Tensor:
+                return linear(inputs, input_weight)
+
             def state_product(state: torch.Tensor) -> torch.Tensor:
                 if packed_weight is not None:
                     return torch.ops.mkl._mkl_linear(state, packed_weight, state_weight, state_bias, 1)
-                return torch.nn.functional.linear(state, state_weight, state_bias)
+                return linear(state, state_weight, state_bias)
 
         state, memory = initial_state
         dropout_mask = None
@@ -317,9 +324,10 @@ class ElmoLstm(torch.nn.Module):
         (restored afterwards; a process-wide setting, so turn this off if other threads run
         torch work at the same time). Only where no autograd graph is recorded and nothing
         random happens (no dropout in training mode), so results do not depend on thread
-        timing. Worth 1.5x at batches of 1 and 16 on two cores: per step, each direction's
-        small products and element-wise operations are too small to split across cores, and
-        two of them side by side keep both cores busy. Not on a GPU, where the per-step kernels
+        timing. Worth 1.15-1.5x for one sentence at a time on two cores: per step, each
+        direction's single-row products and element-wise operations are too small to split
+        across cores, and two of them side by side keep both cores busy (from 16 rows up,
+        oneDNN's products use both cores by themselves and it gains ~1.0-1.05x). Not on a GPU, where the per-step kernels
         are so small that the GPU mostly waits for the host to launch them: a second thread
         launching the backward direction on a second CUDA stream was tried and measured 0.79-1.04x
         of the serial loop (Python's GIL serialises the launches; BENCHMARKS.md). Also an

@@ -1,0 +1,94 @@
+"""oneDNN's float32 products for inference: where they are used, and that they are `linear`."""
+import pytest
+import torch
+
+from elmo_plugin import ElmoBiLm, batch_to_ids
+from elmo_plugin.modules import cpu_linear
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+
+needs_onednn = pytest.mark.skipif(
+    cpu_linear._ONEDNN_LINEAR is None, reason="this PyTorch build has no oneDNN linear"
+)
+
+
+@pytest.fixture
+def onednn_calls(monkeypatch):
+    """Counts the products that go through oneDNN."""
+    calls = []
+    onednn_linear = cpu_linear._ONEDNN_LINEAR
+
+    def counting(*arguments):
+        calls.append(tuple(arguments[1].shape))
+        return onednn_linear(*arguments)
+
+    monkeypatch.setattr(cpu_linear, "_ONEDNN_LINEAR", counting)
+    return calls
+
+
+def operands(*shape: int, dtype=torch.float32):
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(*shape, 64, generator=generator, dtype=dtype)
+    weight = torch.randn(96, 64, generator=generator, dtype=dtype)
+    bias = torch.randn(96, generator=generator, dtype=dtype)
+    return inputs, weight, bias
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(5,), (1,), (0,), (3, 7)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_onednn_product_equals_linear_in_float32(onednn_calls, shape, with_bias):
+    inputs, weight, bias = operands(*shape)
+    bias = bias if with_bias else None
+    with torch.no_grad():
+        ours = cpu_linear.linear(inputs, weight, bias)
+    assert onednn_calls == [(96, 64)]
+    expected = torch.nn.functional.linear(inputs.double(), weight.double(), None if bias is None else bias.double())
+    assert ours.shape == expected.shape and ours.dtype == torch.float32
+    torch.testing.assert_close(ours.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_strided_operands(onednn_calls):
+    inputs, weight, bias = operands(10)
+    with torch.no_grad():
+        ours = cpu_linear.linear(inputs[::2], weight.t().contiguous().t(), bias)
+    assert len(onednn_calls) == 1
+    torch.testing.assert_close(ours, torch.nn.functional.linear(inputs[::2], weight, bias))
+
+
+@needs_onednn
+def test_differentiated_or_float64_operands_keep_functional_linear(onednn_calls):
+    inputs, weight, bias = operands(4)
+    for requires_grad in (inputs, weight, bias):
+        requires_grad.requires_grad_(True)
+        output = cpu_linear.linear(inputs, weight, bias)
+        output.sum().backward()  # oneDNN's product would have no gradient
+        assert requires_grad.grad is not None
+        requires_grad.requires_grad_(False)
+    # With the same operands and no gradient recorded, oneDNN is used.
+    with torch.no_grad():
+        weight.requires_grad_(True)
+        cpu_linear.linear(inputs, weight, bias)
+    assert len(onednn_calls) == 1
+    inputs64, weight64, bias64 = operands(4, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.equal(
+            cpu_linear.linear(inputs64, weight64, bias64),
+            torch.nn.functional.linear(inputs64, weight64, bias64),
+        )
+    assert len(onednn_calls) == 1
+
+
+@needs_onednn
+def test_bilm_inference_uses_onednn_for_wide_products_only(onednn_calls):
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    options = bilm.token_embedder.options
+    with torch.no_grad():
+        bilm(batch_to_ids([["a", "few", "words"], ["more"]]))
+    products = set(onednn_calls)
+    cell, projection, n_filters = options.cell_dim, options.projection_dim, options.n_filters
+    wide = {(4 * cell, projection), (2 * n_filters, n_filters)}  # LSTM input/recurrent, highway
+    filters = {(number, width * options.char_embedding_dim) for width, number in options.filters}
+    # Not the projections, (projection, cell) and (projection, n_filters): oneDNN adds up
+    # their long sums less accurately (cpu_linear).
+    assert products == wide | filters
