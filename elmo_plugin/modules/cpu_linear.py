@@ -13,25 +13,62 @@ so the projections are left to `functional.linear`; with that, our float32 outpu
 close to float64 as AllenNLP's (`tests/modules/oracle.py`).
 
 oneDNN's product has no gradient in PyTorch, so it is only used where autograd records
-nothing; training, other devices and other dtypes keep `functional.linear`.
+nothing; training, other devices and other dtypes keep `functional.linear`. Row counts are
+padded to a small set of sizes (`padded_rows`), since oneDNN keeps memory for every input
+shape it has seen.
 """
+import logging
 from typing import Optional
 
 import torch
 
+logger = logging.getLogger(__name__)
+
 
 def _find_onednn_linear():
-    # A PyTorch-internal operator (the one Inductor's CPU backend emits for linear layers):
-    # looked up once, and where a build lacks it everything uses `functional.linear`.
+    # A PyTorch-internal operator (the one Inductor's CPU backend emits for linear layers), so
+    # its signature could change between releases: looked up once and tried on a small
+    # product; where a build lacks it or it misbehaves, everything uses `functional.linear`.
     if not torch.backends.mkldnn.is_available():
         return None
     try:
-        return torch.ops.mkldnn._linear_pointwise
-    except (AttributeError, RuntimeError):
+        onednn_linear = torch.ops.mkldnn._linear_pointwise
+        generator = torch.Generator().manual_seed(0)
+        inputs, weight, bias = (
+            torch.randn(*shape, generator=generator) for shape in ((3, 8), (5, 8), (5,))
+        )
+        with torch.no_grad():
+            works = torch.allclose(
+                onednn_linear(inputs, weight, bias, "none", [], ""),
+                torch.nn.functional.linear(inputs, weight, bias),
+                rtol=1e-5,
+                atol=1e-5,
+            )
+    except (AttributeError, RuntimeError, TypeError):
         return None
+    if not works:
+        logger.warning("oneDNN's linear disagrees with functional.linear here; not using it.")
+        return None
+    return onednn_linear
 
 
 _ONEDNN_LINEAR = _find_onednn_linear()
+
+
+def padded_rows(rows: int) -> int:
+    """
+    The row count oneDNN computes a product of `rows` rows at: `rows` up to 8, then the next of
+    four sizes per doubling (10, 12, 14, 16, 20, 24, 28, 32, 40, ...), at most 25% more rows.
+
+    oneDNN keeps what it builds for each input shape for the life of the process, ~0.5-1.2 MB
+    per shape here, and inference sees a new row count with nearly every batch (tokens per
+    batch, rows still running at each LSTM step). Unpadded, embedding 50,000 sentences grew the
+    process by 2 GB (BENCHMARKS.md); padded, each product sees a few dozen shapes at most.
+    """
+    if rows <= 8:
+        return rows
+    step = 1 << ((rows - 1).bit_length() - 3)
+    return -(-rows // step) * step
 
 
 def linear(
@@ -39,7 +76,8 @@ def linear(
 ) -> torch.Tensor:
     """
     `torch.nn.functional.linear(inputs, weight, bias)`, through oneDNN where it applies: on the
-    CPU, in float32, with no operand that autograd would differentiate.
+    CPU, in float32, with no operand that autograd would differentiate. The rows are padded
+    with zeros to `padded_rows` for oneDNN and the padding's results dropped.
 
     # Parameters
 
@@ -52,10 +90,18 @@ def linear(
     """
     operands = (inputs, weight) if bias is None else (inputs, weight, bias)
     if (
-        _ONEDNN_LINEAR is not None
-        and inputs.device.type == "cpu"
-        and all(operand.dtype == torch.float32 for operand in operands)
-        and not (torch.is_grad_enabled() and any(operand.requires_grad for operand in operands))
+        _ONEDNN_LINEAR is None
+        or inputs.device.type != "cpu"
+        or any(operand.dtype != torch.float32 for operand in operands)
+        or (torch.is_grad_enabled() and any(operand.requires_grad for operand in operands))
+        or inputs.numel() == 0
     ):
-        return _ONEDNN_LINEAR(inputs, weight, bias, "none", [], "")
-    return torch.nn.functional.linear(inputs, weight, bias)
+        return torch.nn.functional.linear(inputs, weight, bias)
+    in_features = inputs.size(-1)
+    rows = inputs.numel() // in_features
+    flat = inputs.reshape(rows, in_features)
+    padding = padded_rows(rows) - rows
+    if padding:
+        flat = torch.cat([flat, flat.new_zeros(padding, in_features)])
+    output = _ONEDNN_LINEAR(flat, weight, bias, "none", [], "")[:rows]
+    return output.view(*inputs.shape[:-1], weight.size(0))

@@ -13,13 +13,13 @@ needs_onednn = pytest.mark.skipif(
 
 @pytest.fixture
 def onednn_calls(monkeypatch):
-    """Counts the products that go through oneDNN."""
+    """The (input, weight) shapes of the products that go through oneDNN."""
     calls = []
     onednn_linear = cpu_linear._ONEDNN_LINEAR
 
-    def counting(*arguments):
-        calls.append(tuple(arguments[1].shape))
-        return onednn_linear(*arguments)
+    def counting(inputs, weight, *arguments):
+        calls.append((tuple(inputs.shape), tuple(weight.shape)))
+        return onednn_linear(inputs, weight, *arguments)
 
     monkeypatch.setattr(cpu_linear, "_ONEDNN_LINEAR", counting)
     return calls
@@ -34,17 +34,34 @@ def operands(*shape: int, dtype=torch.float32):
 
 
 @needs_onednn
-@pytest.mark.parametrize("shape", [(5,), (1,), (0,), (3, 7)])
+@pytest.mark.parametrize("shape", [(5,), (1,), (9,), (64,), (65,), (3, 7)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_onednn_product_equals_linear_in_float32(onednn_calls, shape, with_bias):
     inputs, weight, bias = operands(*shape)
     bias = bias if with_bias else None
     with torch.no_grad():
         ours = cpu_linear.linear(inputs, weight, bias)
-    assert onednn_calls == [(96, 64)]
+    rows = inputs.numel() // 64
+    assert onednn_calls == [((cpu_linear.padded_rows(rows), 64), (96, 64))]
     expected = torch.nn.functional.linear(inputs.double(), weight.double(), None if bias is None else bias.double())
     assert ours.shape == expected.shape and ours.dtype == torch.float32
     torch.testing.assert_close(ours.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_padded_row_counts_are_few_and_close():
+    padded = [cpu_linear.padded_rows(rows) for rows in range(1, 4097)]
+    assert padded[:8] == list(range(1, 9))
+    assert all(rows <= padded_rows <= 1.25 * rows for rows, padded_rows in enumerate(padded, start=1))
+    assert padded == sorted(padded) and len(set(padded)) == 44
+    assert cpu_linear.padded_rows(0) == 0
+
+
+@needs_onednn
+def test_empty_inputs_keep_functional_linear(onednn_calls):
+    inputs, weight, bias = operands(0)
+    with torch.no_grad():
+        assert cpu_linear.linear(inputs, weight, bias).shape == (0, 96)
+    assert onednn_calls == []
 
 
 @needs_onednn
@@ -85,10 +102,31 @@ def test_bilm_inference_uses_onednn_for_wide_products_only(onednn_calls):
     options = bilm.token_embedder.options
     with torch.no_grad():
         bilm(batch_to_ids([["a", "few", "words"], ["more"]]))
-    products = set(onednn_calls)
+    products = {weight_shape for _, weight_shape in onednn_calls}
     cell, projection, n_filters = options.cell_dim, options.projection_dim, options.n_filters
     wide = {(4 * cell, projection), (2 * n_filters, n_filters)}  # LSTM input/recurrent, highway
     filters = {(number, width * options.char_embedding_dim) for width, number in options.filters}
     # Not the projections, (projection, cell) and (projection, n_filters): oneDNN adds up
     # their long sums less accurately (cpu_linear).
     assert products == wide | filters
+
+
+def test_a_missing_or_misbehaving_onednn_linear_is_not_used(monkeypatch, caplog):
+    def wrong(inputs, weight, bias, *attributes):
+        return torch.zeros(inputs.size(0), weight.size(0))
+
+    def broken(*arguments):
+        raise RuntimeError("unexpected arguments")
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", wrong, raising=False)
+    assert cpu_linear._find_onednn_linear() is None
+    assert "disagrees" in caplog.text
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", broken, raising=False)
+    assert cpu_linear._find_onednn_linear() is None
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    assert cpu_linear._find_onednn_linear() is None
+    # Without it, `linear` is `functional.linear`, bit for bit.
+    monkeypatch.setattr(cpu_linear, "_ONEDNN_LINEAR", None)
+    inputs, weight, bias = operands(5)
+    with torch.no_grad():
+        assert torch.equal(cpu_linear.linear(inputs, weight, bias), torch.nn.functional.linear(inputs, weight, bias))
