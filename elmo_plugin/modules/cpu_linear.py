@@ -18,7 +18,7 @@ padded to a small set of sizes (`padded_rows`), since oneDNN keeps memory for ev
 shape it has seen.
 """
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -97,11 +97,21 @@ def linear(
         or inputs.numel() == 0
     ):
         return torch.nn.functional.linear(inputs, weight, bias)
-    in_features = inputs.size(-1)
-    rows = inputs.numel() // in_features
-    flat = inputs.reshape(rows, in_features)
-    padding = padded_rows(rows) - rows
-    if padding:
-        flat = torch.cat([flat, flat.new_zeros(padding, in_features)])
-    output = _ONEDNN_LINEAR(flat, weight, bias, "none", [], "")[:rows]
+    flat = inputs.reshape(-1, inputs.size(-1))
+    output = at_padded_rows(lambda rows: _ONEDNN_LINEAR(rows, weight, bias, "none", [], ""), flat)
     return output.view(*inputs.shape[:-1], weight.size(0))
+
+
+def at_padded_rows(
+    product: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor
+) -> torch.Tensor:
+    """
+    `product(inputs)` for a row-wise `product` of 2-D `inputs`, computed on `inputs` padded with
+    zero rows to `padded_rows` and cut back: for every product that runs in oneDNN on the CPU
+    (also PyTorch's own bfloat16 products).
+    """
+    rows = inputs.size(0)
+    padding = padded_rows(rows) - rows
+    if padding == 0:
+        return product(inputs)
+    return product(torch.cat([inputs, inputs.new_zeros(padding, inputs.size(1))]))[:rows]

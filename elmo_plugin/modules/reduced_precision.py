@@ -19,6 +19,8 @@ from typing import Optional
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.modules.cpu_linear import at_padded_rows
+
 FLOAT32, BFLOAT16, INT8 = "float32", "bfloat16", "int8"
 PRECISIONS = (FLOAT32, BFLOAT16, INT8)
 
@@ -76,7 +78,11 @@ class PackedLinear:
         leading = inputs.shape[:-1]
         flat = inputs.reshape(-1, inputs.size(-1))
         if self.precision == BFLOAT16:
-            output = torch.nn.functional.linear(flat.to(torch.bfloat16), self._weight).float()
+            flat = flat.to(torch.bfloat16)
+            if flat.device.type == "cpu":  # PyTorch runs it in oneDNN: see `at_padded_rows`
+                output = at_padded_rows(self._bfloat16_product, flat).float()
+            else:
+                output = self._bfloat16_product(flat).float()
             if self._bias is not None:
                 output = output + self._bias
         else:
@@ -84,6 +90,9 @@ class PackedLinear:
                 raise ConfigurationError("ELMo precision 'int8' runs on the CPU only; use 'bfloat16' on a GPU.")
             output = torch.ops.quantized.linear_dynamic(flat.float().contiguous(), self._packed, True)
         return output.to(inputs.dtype).view(*leading, self.out_features)
+
+    def _bfloat16_product(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(inputs, self._weight)
 
 
 def packed(linear: torch.nn.Linear, precision: str) -> Optional[PackedLinear]:

@@ -5,6 +5,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
+from elmo_plugin.modules.reduced_precision import PackedLinear
 from tests.helpers import CARRIED_STATE_BATCHES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 SENTENCES = [sentence for batch in CARRIED_STATE_BATCHES for sentence in batch if sentence]
@@ -53,3 +54,17 @@ def test_bad_precisions_are_refused():
         ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, precision="fp8")
     with pytest.raises(ConfigurationError, match="inference only"):
         ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, requires_grad=True, precision="int8")
+
+
+@pytest.mark.parametrize("shape", [(1,), (9,), (65,), (3, 7)])
+def test_bfloat16_product_at_padded_rows_is_cut_back(shape):
+    # On the CPU the bfloat16 product runs on zero-padded rows (cpu_linear.at_padded_rows).
+    generator = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(40, 32, generator=generator), torch.randn(40, generator=generator)
+    inputs = torch.randn(*shape, 32, generator=generator)
+    product = PackedLinear(weight, bias, "bfloat16")
+    expected = torch.nn.functional.linear(inputs.bfloat16(), weight.bfloat16()).float() + bias
+    with torch.no_grad():
+        actual = product(inputs)
+    assert actual.shape == (*shape, 40) and actual.dtype == torch.float32
+    torch.testing.assert_close(actual, expected, rtol=1e-2, atol=1e-2)
