@@ -327,10 +327,10 @@ class ElmoLstm(torch.nn.Module):
         timing. Worth 1.15-1.5x for one sentence at a time on two cores: per step, each
         direction's single-row products and element-wise operations are too small to split
         across cores, and two of them side by side keep both cores busy (from 16 rows up,
-        oneDNN's products use both cores by themselves and it gains ~1.0-1.05x). Not on a GPU, where the per-step kernels
-        are so small that the GPU mostly waits for the host to launch them: a second thread
-        launching the backward direction on a second CUDA stream was tried and measured 0.79-1.04x
-        of the serial loop (Python's GIL serialises the launches; BENCHMARKS.md). Also an
+        oneDNN's products use both cores by themselves and it gains 1.0-1.14x). Not on a GPU,
+        where the per-step kernels are so small that the GPU mostly waits for the host to
+        launch them: a second thread launching the backward direction on a second CUDA stream
+        was tried and measured 0.79-1.04x of the serial loop (Python's GIL serialises the launches; BENCHMARKS.md). Also an
         attribute, settable any time.
     """
 

@@ -3,12 +3,13 @@ Opt-in reduced-precision matrix products for inference: the biLM's LSTM and high
 layers in bfloat16 or int8 instead of float32.
 
 At batch 1 the biLM is memory bound (every LSTM step reads all recurrent weights); int8
-quarters the bytes and on CPUs with VNNI also computes faster (4.3x our float32 at batch 1,
-~2.2x at batches of 16-64 on the development machine). bfloat16 halves the bytes and gains
-~1.5x from batches of 16 up on a CPU with AVX512-BF16, but little at batch 1 (1.0-1.1x), where
-float32 uses MKL's packed single-row product and bfloat16 does not. The float32 parameters stay as they are (export, state dicts and fine-tuning see no
-difference); each layer gets a packed copy, made once, that `forward` uses instead. The
-char CNN's convolutions stay in float32. Fidelity is measured in BENCHMARKS.md.
+quarters the bytes and on CPUs with VNNI also computes faster (3.5-4.3x our float32 at batch 1,
+2.0-3.0x at batches of 16-64 on the development machine). bfloat16 halves the bytes and gains
+1.4-1.6x from batches of 16 up on a CPU with AVX512-BF16, but little at batch 1 (1.0-1.1x),
+where float32 uses MKL's packed single-row product and bfloat16 does not. The float32
+parameters stay as they are (export, state dicts and fine-tuning see no difference); each
+layer gets a packed copy, made once, that `forward` uses instead. The char CNN's convolutions
+stay in float32. Fidelity is measured in BENCHMARKS.md.
 
 On a GPU, bfloat16 runs but is slower than float32 (0.6-0.9x on an H100, BENCHMARKS.md): the
 per-step products are too small for halved bytes to matter there, and the casts add kernels
