@@ -98,7 +98,7 @@ def linear(
     ):
         return torch.nn.functional.linear(inputs, weight, bias)
     flat = inputs.reshape(-1, inputs.size(-1))
-    output = at_padded_rows(lambda rows: _ONEDNN_LINEAR(rows, weight, bias, "none", [], ""), flat)
+    output = at_padded_rows(lambda padded: _ONEDNN_LINEAR(padded, weight, bias, "none", [], ""), flat)
     return output.view(*inputs.shape[:-1], weight.size(0))
 
 

@@ -330,8 +330,8 @@ class ElmoLstm(torch.nn.Module):
         oneDNN's products use both cores by themselves and it gains 1.0-1.14x). Not on a GPU,
         where the per-step kernels are so small that the GPU mostly waits for the host to
         launch them: a second thread launching the backward direction on a second CUDA stream
-        was tried and measured 0.79-1.04x of the serial loop (Python's GIL serialises the launches; BENCHMARKS.md). Also an
-        attribute, settable any time.
+        was tried and measured 0.79-1.04x of the serial loop (Python's GIL serialises the
+        launches; BENCHMARKS.md). Also an attribute, settable any time.
     """
 
     def __init__(
