@@ -26,7 +26,7 @@ warnings.filterwarnings(
     "ignore", message=r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", category=FutureWarning
 )
 
-# The opt-in int8 ELMo precision (elmo_plugin/modules/reduced_precision.py) builds FBGEMM's
+# The opt-in int8 ELMo precision (elmo_plugin/kernels/reduced_precision.py) builds FBGEMM's
 # prepacked int8 weights from a per-channel quantised tensor; torch 2.13 still supports that
 # path but warns that quantised tensor types will move to torchao in a future release. The
 # pinned torch is 2.13; the int8 path's test fails loudly the day the API goes.

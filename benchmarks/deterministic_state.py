@@ -90,9 +90,7 @@ def main() -> None:
 
     deterministic = ElmoBiLm(options, weights, stateful=False)
     candidates["fixed point (ours)"] = embed(deterministic, sentences, order)
-    zero_state = deterministic.start_state()
-    deterministic._start_state = tuple(torch.zeros_like(s) for s in zero_state)
-    deterministic.start_state = lambda: deterministic._start_state  # pin the zero state
+    deterministic.lstm.batch_start_state.fixed_point = None  # every sentence from zeros
     candidates["zero state"] = embed(deterministic, sentences, order)
 
     print(f"{len(sentences)} sentences, {sum(map(len, sentences))} tokens, batch size {BATCH_SIZE}; "

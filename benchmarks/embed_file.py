@@ -91,7 +91,8 @@ def main() -> None:
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from elmo_plugin.weights.random_weights import SMALL_OPTIONS, write_random_elmo
+    from elmo_plugin.weights.pretrained import SMALL_OPTIONS
+    from elmo_plugin.weights.random_weights import write_random_elmo
 
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)

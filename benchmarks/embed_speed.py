@@ -12,7 +12,7 @@ counts is the ratio. Also printed: the largest difference between the two output
 resident memory of the process (both models loaded) during one forward pass of each (Linux
 `clear_refs` resets the peak counter), and
 the fraction of the compute limit reached, from a float32 GEMM rate measured here on the LSTM's
-recurrent shape with the product our code uses (`cpu_linear.linear`).
+recurrent shape with the product our code uses (`Kernels`: oneDNN on the CPU).
 
 The opt-in reduced precisions (`--precisions bfloat16 int8`, both by default) run in the same
 passes from the same weights: tokens/s, ratios to AllenNLP and to our float32, and their
@@ -37,9 +37,10 @@ import torch
 
 import elmo_plugin  # noqa: F401
 from elmo_plugin import ElmoBiLm, batch_to_ids
-from elmo_plugin.modules.cpu_linear import linear
+from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.weights.options import ElmoOptions
-from elmo_plugin.weights.random_weights import ORIGINAL_OPTIONS, write_random_elmo
+from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
+from elmo_plugin.weights.random_weights import write_random_elmo
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 
@@ -73,16 +74,17 @@ def synchronize(device: torch.device) -> None:
 def gemm_rate(batch: int, options: ElmoOptions, device: torch.device, repeats: int = 20) -> float:
     """
     GFLOP/s of the LSTM's recurrent product, (batch, p) x (p, 4c), the dominant shape, with the
-    product our code uses for it from batches of 2 up (`cpu_linear.linear`: oneDNN on the CPU).
+    product our code uses for it from batches of 2 up (`Kernels`: oneDNN on the CPU).
     """
     state = torch.randn(batch, options.projection_dim, device=device)
-    weight = torch.randn(4 * options.cell_dim, options.projection_dim, device=device)
+    layer = torch.nn.Linear(options.projection_dim, 4 * options.cell_dim, bias=False).to(device)
+    product = Kernels().product(Role.LSTM_RECURRENT, layer)
     for _ in range(3):
-        linear(state, weight)
+        product(state)
     synchronize(device)
     start = time.perf_counter()
     for _ in range(repeats):
-        linear(state, weight)
+        product(state)
     synchronize(device)
     seconds = (time.perf_counter() - start) / repeats
     return 2 * batch * options.projection_dim * 4 * options.cell_dim / seconds / 1e9

@@ -25,7 +25,8 @@ from torch.profiler import ProfilerActivity, profile
 
 import elmo_plugin  # noqa: F401
 from elmo_plugin import ElmoBiLm, batch_to_ids
-from elmo_plugin.weights.random_weights import ORIGINAL_OPTIONS, write_random_elmo
+from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
+from elmo_plugin.weights.random_weights import write_random_elmo
 
 
 def timed(model, ids, device) -> float:

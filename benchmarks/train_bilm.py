@@ -34,7 +34,7 @@ from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.weights.options import ElmoOptions
-from elmo_plugin.weights.random_weights import SMALL_OPTIONS
+from elmo_plugin.weights.pretrained import SMALL_OPTIONS
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 OUTPUT = os.path.join(os.path.dirname(__file__), "output")  # git-ignored

@@ -26,8 +26,8 @@ from elmo_plugin.data import (  # noqa: E402
     batch_to_ids,
 )
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
-from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoTokenEmbedder  # noqa: E402
-from elmo_plugin.modules.elmo_embedder import ElmoEmbedder  # noqa: E402
+from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoSettings, ElmoTokenEmbedder  # noqa: E402
+from elmo_plugin.inference import ElmoEmbedder  # noqa: E402
 from elmo_plugin.predictors import ElmoBiLmPredictor  # noqa: E402
 from elmo_plugin.training.config_environment import (  # noqa: E402
     apply_config_environment_defaults,
@@ -47,6 +47,7 @@ __all__ = [
     "ElmoCharacterMapper",
     "ElmoEmbedder",
     "ElmoOptions",
+    "ElmoSettings",
     "ElmoTokenCharactersIndexer",
     "ElmoTokenEmbedder",
     "batch_to_ids",

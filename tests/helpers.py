@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
-from elmo_plugin.weights.random_weights import SMALL_OPTIONS
+from elmo_plugin.weights.pretrained import SMALL_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # shared/ lies beside the repository (read-only fixtures from the original ELMo code).

@@ -15,9 +15,8 @@ from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoBiLm, ElmoEmbedder, batch_to_ids
-from elmo_plugin.commands.export import export_bilm_model
-from elmo_plugin.weights import layout
-from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.models.export import export_bilm_model
+from elmo_plugin.weights.formats import read_bilm_weights
 from tests.helpers import (
     BILM_CONFIGS,
     ELMO_OPTIONS_FILE,
@@ -102,6 +101,6 @@ def test_the_bilm_trains_on_the_gpu_and_exports(tmp_path):
     assert metrics["validation_perplexity"] < 8  # the same bound as the CPU run: 32 words
     paths = export_bilm_model(model, str(tmp_path / "exported"))
     trained = model.bilm.weight_arrays()  # copied from the GPU
-    in_file = layout.read_weight_file(paths["weights"], ElmoOptions.from_file(paths["options"]))
+    in_file = read_bilm_weights(paths["options"], paths["weights"]).arrays
     assert trained.keys() >= in_file.keys()
     assert all(numpy.array_equal(trained[name], array) for name, array in in_file.items())

@@ -10,14 +10,14 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
 from overrides import overrides
 
-from elmo_plugin.commands.embed_file import DEFAULT_CHUNK_SIZE
-from elmo_plugin.modules.elmo_embedder import (
+from elmo_plugin.inference.elmo_embedder import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_OPTIONS_FILE,
     DEFAULT_WEIGHT_FILE,
     ElmoEmbedder,
 )
-from elmo_plugin.modules.reduced_precision import FLOAT32, PRECISIONS
+from elmo_plugin.inference.embed_file import DEFAULT_CHUNK_SIZE
+from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
 logger = logging.getLogger(__name__)
 

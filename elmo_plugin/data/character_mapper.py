@@ -5,6 +5,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from elmo_plugin.data.special_tokens import BOS_TOKEN, EOS_TOKEN
+
 MAX_CHARACTERS_PER_TOKEN = 50
 
 # Ids 0-255 are UTF-8 byte values; the special characters follow.
@@ -40,8 +42,8 @@ class ElmoCharacterMapper:
     """
 
     max_word_length = MAX_CHARACTERS_PER_TOKEN
-    bos_token = "<S>"
-    eos_token = "</S>"
+    bos_token = BOS_TOKEN
+    eos_token = EOS_TOKEN
     beginning_of_sentence_characters = _special_token_character_ids(BEGINNING_OF_SENTENCE_CHARACTER)
     end_of_sentence_characters = _special_token_character_ids(END_OF_SENTENCE_CHARACTER)
 

@@ -2,20 +2,21 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
-import functools
-from typing import List, Optional
+from typing import Mapping, Optional
 
+import numpy
 import torch
 from allennlp.modules.highway import Highway
 
-from elmo_plugin.modules.cpu_linear import linear
-from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
+from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
+from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
+from elmo_plugin.weights.parameter_mapping import Arrays, parameter_array
 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
-# Tokens per pass through the CNN: its outputs (filters x positions per token, 360 kB per token
-# for the published models' width-7 filters alone) would otherwise dominate peak memory.
+# Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
+# per token for the published models' widest filters) would otherwise dominate peak memory.
 _TOKENS_PER_CNN_CHUNK = 512
 
 
@@ -31,11 +32,16 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         The biLM architecture.
     requires_grad : `bool`, optional (default = `False`)
         Whether the parameters are trained.
+    kernels : `Kernels`, optional
+        Computes the CNN, highway and projection products (the biLM shares its own).
     """
 
-    def __init__(self, options: ElmoOptions, requires_grad: bool = False) -> None:
+    def __init__(
+        self, options: ElmoOptions, requires_grad: bool = False, kernels: Optional[Kernels] = None
+    ) -> None:
         super().__init__()
         self.options = options
+        self.kernels = kernels or Kernels()
         self._activation = _ACTIVATIONS[options.activation]
         self._char_embedding_weights = torch.nn.Parameter(
             torch.empty(NUM_CHARACTERS_IN_FILE + 1, options.char_embedding_dim).normal_()
@@ -45,15 +51,13 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
             convolution = torch.nn.Conv1d(options.char_embedding_dim, num, kernel_size=width)
             self.add_module(f"char_conv_{i}", convolution)
             self._convolutions.append(convolution)
-        # bilm-tf's highway transform is always relu, whatever the CNN activation.
+        # bilm-tf's highway transform is always relu, whatever the CNN activation. (AllenNLP's
+        # module holds the parameters; `_highways_and_projection` computes its formula.)
         self._highways = Highway(
             options.n_filters, options.n_highway, activation=torch.nn.functional.relu
         )
         self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
         self.reset_parameters()
-        # Reduced-precision copies of the highway and projection products (`set_precision`).
-        self._packed_highways: List[PackedLinear] = []
-        self._packed_projection: Optional[PackedLinear] = None
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
 
@@ -83,40 +87,14 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         self._projection.weight.normal_(0.0, (1.0 / n_filters) ** 0.5)
         self._projection.bias.fill_(0.0)
 
-    def set_precision(self, precision: str) -> None:
-        """
-        Inference with the highway and projection products in `precision` (see
-        `reduced_precision`); the convolutions stay in float32.
-        """
-        self._packed_highways = []
-        self._packed_projection = None
-        if precision != FLOAT32:
-            self._packed_highways = [packed(layer, precision) for layer in self._highways._layers]
-            self._packed_projection = packed(self._projection, precision)
-
-    def _highways_and_projection(self, pooled: torch.Tensor) -> torch.Tensor:
-        # AllenNLP's Highway.forward, written out so that its products can be the packed
-        # reduced-precision ones or `cpu_linear.linear` (the layers hold the parameters).
-        highway_products = self._packed_highways or [
-            functools.partial(_linear_layer, layer) for layer in self._highways._layers
-        ]
-        current = pooled
-        for product in highway_products:
-            nonlinear_part, gate = product(current).chunk(2, dim=-1)
-            gate = torch.sigmoid(gate)
-            current = gate * current + (1 - gate) * torch.nn.functional.relu(nonlinear_part)
-        if self._packed_projection is not None:
-            return self._packed_projection(current)
-        return self._projection(current)
-
     def get_output_dim(self) -> int:
         return self.options.projection_dim
 
     def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, projection_dim)`."""
         # A token's vector depends on its characters alone, and text repeats itself: a batch of
-        # 64 sentences of 20-30 tokens (with padding and boundaries) holds ~2,000 tokens but
-        # ~600 distinct ones. Each distinct token goes through the CNN once; autograd sums the
+        # sentences holds far fewer distinct tokens than token positions (with padding and
+        # boundaries). Each distinct token goes through the CNN once; autograd sums the
         # gradients of its copies.
         distinct_ids, copies = torch.unique(character_ids, dim=0, return_inverse=True)
         if distinct_ids.size(0) == character_ids.size(0):
@@ -131,37 +109,90 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
                     for chunk in character_ids.split(_TOKENS_PER_CNN_CHUNK)
                 ]
             )
+        # (tokens, 50, char_dim)
         characters = torch.nn.functional.embedding(character_ids, self._char_embedding_weights)
-        pooled = [
-            self._activation(_convolve_and_max_pool(characters, convolution))
-            for convolution in self._convolutions
-        ]
-        return self._highways_and_projection(torch.cat(pooled, dim=-1))
+        # (tokens, n_filters): per filter width, the activation of the max over positions
+        pooled = torch.cat(
+            [
+                self._activation(self._convolve_and_max_pool(characters, convolution))
+                for convolution in self._convolutions
+            ],
+            dim=-1,
+        )
+        return self._highways_and_projection(pooled)
 
+    def _convolve_and_max_pool(
+        self, characters: torch.Tensor, convolution: torch.nn.Conv1d
+    ) -> torch.Tensor:
+        """
+        `convolution` over `(tokens, characters, char_dim)`, then the maximum over positions:
+        `(tokens, out_channels)`. One matrix product of every window of `width` characters (a
+        strided view, copied once into rows) with the flattened filters, rather than
+        `Conv1d.forward`, whose cuDNN algorithms took far more time and workspace for these
+        shapes on a GPU (BENCHMARKS.md). The same sums in another order: the results differ
+        from a convolution by float32 rounding.
+        """
+        num_tokens, _, char_dim = characters.shape
+        width = convolution.kernel_size[0]
+        # (tokens, positions, char_dim, width): the layout of the filters' (char_dim, width)
+        windows = characters.unfold(1, width, 1)
+        product = self.kernels.product(Role.CHAR_CNN, convolution)
+        # (tokens, positions, out_channels)
+        products = product(windows.reshape(num_tokens, windows.size(1), char_dim * width))
+        return torch.max(products, dim=1)[0]
 
-def _convolve_and_max_pool(characters: torch.Tensor, convolution: torch.nn.Conv1d) -> torch.Tensor:
-    """
-    `convolution` over `(num_tokens, num_characters, char_dim)` character embeddings, then the
-    maximum over positions: `(num_tokens, out_channels)`.
+    def _highways_and_projection(self, pooled: torch.Tensor) -> torch.Tensor:
+        # AllenNLP's Highway: y = g * x + (1 - g) * relu(A x), with g = sigmoid(B x).
+        current = pooled
+        for layer in self._highways._layers:
+            nonlinear_part, gate = self.kernels.product(Role.HIGHWAY, layer)(current).chunk(2, dim=-1)
+            gate = torch.sigmoid(gate)
+            current = gate * current + (1 - gate) * torch.nn.functional.relu(nonlinear_part)
+        # (tokens, projection_dim)
+        return self.kernels.product(Role.CHAR_PROJECTION, self._projection)(current)
 
-    Computed as one matrix product of every window of `width` characters (a strided view,
-    copied once into rows) with the flattened filters, instead of `Conv1d.forward`: on a GPU,
-    cuDNN's heuristics picked FFT algorithms for our chunks of tokens, 26 ms per batch of 64
-    sentences on an H100 (AllenNLP's implicit-GEMM convolutions of the same batch: 1.3 ms) and
-    17 GB of workspace (BENCHMARKS.md); on the CPU the product is ~1.1x faster than oneDNN's
-    convolution. Same sums in another order: the results differ by float32 rounding.
-    """
-    num_tokens, _, char_dim = characters.shape
-    width = convolution.kernel_size[0]
-    # (num_tokens, positions, char_dim, width): the layout of the filters' (char_dim, width).
-    windows = characters.unfold(1, width, 1)
-    products = linear(
-        windows.reshape(num_tokens, windows.size(1), char_dim * width),
-        convolution.weight.reshape(convolution.out_channels, char_dim * width),
-        convolution.bias,
-    )
-    return torch.max(products, dim=1)[0]
+    def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
+        """
+        The parameters from the layout's character datasets: a zero padding row before the
+        character table, TF's conv2d kernels as `Conv1d` weights, the highway's transform and
+        (negated) carry halves stacked.
+        """
+        options = self.options
+        char_table = numpy.zeros(
+            (NUM_CHARACTERS_IN_FILE + 1, options.char_embedding_dim), dtype=numpy.float32
+        )
+        char_table[1:] = arrays[layout.CHAR_EMBEDDING]
+        values = {"_char_embedding_weights": char_table}
+        for i in range(len(options.filters)):
+            kernel = arrays[layout.cnn_weight(i)].squeeze(axis=0)  # (width, char_dim, num)
+            values[f"char_conv_{i}.weight"] = numpy.transpose(kernel, (2, 1, 0))
+            values[f"char_conv_{i}.bias"] = arrays[layout.cnn_bias(i)]
+        for k in range(options.n_highway):
+            part = lambda name: arrays[layout.highway_dataset(k, name)]  # noqa: E731
+            values[f"_highways._layers.{k}.weight"] = numpy.concatenate(
+                [part("W_transform").T, -part("W_carry").T], axis=0
+            )
+            values[f"_highways._layers.{k}.bias"] = numpy.concatenate(
+                [part("b_transform"), -part("b_carry")], axis=0
+            )
+        values["_projection.weight"] = arrays[layout.PROJECTION_WEIGHT].T
+        values["_projection.bias"] = arrays[layout.PROJECTION_BIAS]
+        return values
 
-
-def _linear_layer(layer: torch.nn.Linear, inputs: torch.Tensor) -> torch.Tensor:
-    return linear(inputs, layer.weight, layer.bias)
+    def arrays_from_parameters(self) -> Arrays:
+        """The layout's character datasets (inverse of `parameters_from_arrays`)."""
+        arrays = {layout.CHAR_EMBEDDING: parameter_array(self._char_embedding_weights)[1:]}
+        for i, convolution in enumerate(self._convolutions):
+            kernel = numpy.transpose(parameter_array(convolution.weight), (2, 1, 0))
+            arrays[layout.cnn_weight(i)] = kernel[numpy.newaxis]
+            arrays[layout.cnn_bias(i)] = parameter_array(convolution.bias)
+        n_filters = self.options.n_filters
+        for k, highway_layer in enumerate(self._highways._layers):
+            weight, bias = parameter_array(highway_layer.weight), parameter_array(highway_layer.bias)
+            arrays[layout.highway_dataset(k, "W_transform")] = weight[:n_filters].T
+            arrays[layout.highway_dataset(k, "W_carry")] = -weight[n_filters:].T
+            arrays[layout.highway_dataset(k, "b_transform")] = bias[:n_filters]
+            arrays[layout.highway_dataset(k, "b_carry")] = -bias[n_filters:]
+        arrays[layout.PROJECTION_WEIGHT] = parameter_array(self._projection.weight).T
+        arrays[layout.PROJECTION_BIAS] = parameter_array(self._projection.bias)
+        return arrays

@@ -11,6 +11,7 @@ from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.modules.settings import ElmoSettings
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +32,14 @@ class Elmo(torch.nn.Module, FromParams):
         How many independent scalar mixes (e.g. one for the input and one for the output of a
         task model).
     requires_grad : `bool`, optional (default = `False`)
-        Fine-tune the biLM's parameters.
+        Fine-tune the biLM's parameters (see `ElmoSettings`, as for `vocab_to_cache`,
+        `stateful` and `precision`).
     do_layer_norm : `bool`, optional (default = `False`)
         Layer-normalise each biLM layer before mixing.
     dropout : `float`, optional (default = `0.5`)
         Dropout applied to each representation.
     vocab_to_cache : `List[str]`, optional (default = `None`)
-        Precompute char-CNN vectors for these words; `forward` then also takes word ids.
+        Precompute token-layer vectors for these words; `forward` then also takes word ids.
     keep_sentence_boundaries : `bool`, optional (default = `False`)
         Keep the `<S>` and `</S>` positions in the outputs.
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
@@ -46,10 +48,10 @@ class Elmo(torch.nn.Module, FromParams):
         An already constructed biLM to use instead of loading one from the files.
     stateful : `bool`, optional (default = `True`)
         Carry the LSTM state across batches (AllenNLP's behaviour) or start every sentence
-        from the same state (`False`: vectors depend only on the sentence); see `ElmoBiLm`.
+        from the same state (`False`: vectors depend only on the sentence).
     precision : `str`, optional (default = `"float32"`)
-        `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity (see
-        `ElmoBiLm`); not with `requires_grad`.
+        `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity; not
+        with `requires_grad`.
     """
 
     def __init__(
@@ -64,8 +66,8 @@ class Elmo(torch.nn.Module, FromParams):
         keep_sentence_boundaries: bool = False,
         scalar_mix_parameters: Optional[List[float]] = None,
         module: Optional[torch.nn.Module] = None,
-        stateful: bool = True,
-        precision: str = "float32",
+        stateful: bool = ElmoSettings.stateful,
+        precision: str = ElmoSettings.precision,
     ) -> None:
         super().__init__()
         if module is not None:
@@ -75,15 +77,11 @@ class Elmo(torch.nn.Module, FromParams):
         else:
             if options_file is None or weight_file is None:
                 raise ConfigurationError("Elmo needs options_file and weight_file (or module)")
-            self._elmo_lstm = ElmoBiLm(
-                options_file,
-                weight_file,
-                requires_grad=requires_grad,
-                vocab_to_cache=vocab_to_cache,
-                stateful=stateful,
-                precision=precision,
-            )
-        self._has_cached_vocab = vocab_to_cache is not None
+            settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
+            self._elmo_lstm = ElmoBiLm.from_settings(options_file, weight_file, settings)
+        self._has_cached_vocab = (
+            vocab_to_cache is not None or getattr(self._elmo_lstm, "_word_embedding", None) is not None
+        )
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = torch.nn.Dropout(p=dropout)
         self._scalar_mixes: List[ScalarMix] = []

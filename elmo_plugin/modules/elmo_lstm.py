@@ -2,36 +2,26 @@
 ELMo's LSTM stack: separate forward and backward stacks of LSTM cells with a projected output,
 cell and projection clipping, optional residual connections between layers.
 """
-import os
-from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Dict, List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
+import numpy
 import torch
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
 from torch.nn.utils import parametrize
 
-from elmo_plugin.modules.cpu_linear import linear
-from elmo_plugin.modules.reduced_precision import FLOAT32, PackedLinear, packed
-from elmo_plugin.weights.layout import TF_FORGET_BIAS
+from elmo_plugin.kernels import threads
+from elmo_plugin.kernels.products import Kernels, Role
+from elmo_plugin.modules.start_state import BatchStartState, LstmState
+from elmo_plugin.weights import layout
+from elmo_plugin.weights.parameter_mapping import (
+    Arrays,
+    parameter_array,
+    with_prefix,
+)
 
-LstmState = Tuple[torch.Tensor, torch.Tensor]
 # One direction's outputs per layer, final states per layer, final memories per layer.
 DirectionResult = Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]
-
-# Per process (pid, executor): runs the backward direction while the calling thread runs the
-# forward one (`ElmoLstm.parallel_directions`).
-_backward_direction_worker: Optional[Tuple[int, ThreadPoolExecutor]] = None
-
-
-def _backward_direction_executor() -> ThreadPoolExecutor:
-    # A forked child (e.g. a data-loader worker) inherits the executor but not its thread,
-    # and work submitted to it would wait forever: each process makes its own.
-    global _backward_direction_worker
-    if _backward_direction_worker is None or _backward_direction_worker[0] != os.getpid():
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="elmo-backward-direction")
-        _backward_direction_worker = (os.getpid(), executor)
-    return _backward_direction_worker[1]
 
 
 class TfForgetBias(torch.nn.Module):
@@ -52,7 +42,7 @@ class TfForgetBias(torch.nn.Module):
     def __init__(self, cell_size: int) -> None:
         super().__init__()
         offset = torch.zeros(4 * cell_size, dtype=torch.float32)
-        offset[cell_size : 2 * cell_size] = TF_FORGET_BIAS
+        offset[cell_size : 2 * cell_size] = layout.TF_FORGET_BIAS
         self.register_buffer("offset", offset, persistent=False)
 
     # In float32 whatever the module's dtype (`.double()` converts the offset buffer too).
@@ -89,6 +79,8 @@ class LstmCellWithProjection(torch.nn.Module):
         Clip `c` to `[-value, value]`.
     state_projection_clip_value : `Optional[float]`, optional (default = `None`)
         Clip `h` to `[-value, value]`.
+    kernels : `Kernels`, optional
+        Computes the input, recurrent and projection products (the stack shares its own).
     """
 
     def __init__(
@@ -100,6 +92,7 @@ class LstmCellWithProjection(torch.nn.Module):
         recurrent_dropout_probability: float = 0.0,
         memory_cell_clip_value: Optional[float] = None,
         state_projection_clip_value: Optional[float] = None,
+        kernels: Optional[Kernels] = None,
     ) -> None:
         super().__init__()
         self.input_size = input_size
@@ -109,28 +102,12 @@ class LstmCellWithProjection(torch.nn.Module):
         self.recurrent_dropout_probability = recurrent_dropout_probability
         self.memory_cell_clip_value = memory_cell_clip_value
         self.state_projection_clip_value = state_projection_clip_value
+        self.kernels = kernels or Kernels()
         # Parameter names are AllenNLP's, so that its model archives load into this module.
         self.input_linearity = torch.nn.Linear(input_size, 4 * cell_size, bias=False)
         self.state_linearity = torch.nn.Linear(hidden_size, 4 * cell_size, bias=True)
         self.state_projection = torch.nn.Linear(cell_size, hidden_size, bias=False)
         self.reset_parameters()
-        # Reduced-precision copies of the three products for inference (`set_precision`).
-        self._packed: Dict[str, PackedLinear] = {}
-        # (weight identity and version, MKL-packed recurrent weight) for batch-1 inference.
-        self._mkl_packed: Optional[Tuple[Tuple[int, int], torch.Tensor]] = None
-
-    def set_precision(self, precision: str) -> None:
-        """
-        Inference in `precision` (see `reduced_precision`): packed copies of the current
-        weights, used by `forward` from now on; `"float32"` goes back to the parameters.
-        """
-        self._packed = {}
-        if precision != FLOAT32:
-            self._packed = {
-                "input": packed(self.input_linearity, precision),
-                "state": packed(self.state_linearity, precision),
-                "projection": packed(self.state_projection, precision),
-            }
 
     def reset_parameters(self) -> None:
         block_orthogonal(self.input_linearity.weight.data, [self.cell_size, self.input_size])
@@ -138,29 +115,6 @@ class LstmCellWithProjection(torch.nn.Module):
         self.state_linearity.bias.data.fill_(0.0)
         # Gate order is (input, forget, memory, output); a forget bias of 1 as in TF's LSTMCell.
         self.state_linearity.bias.data[self.cell_size : 2 * self.cell_size].fill_(1.0)
-
-    def _mkl_packed_state_weight(
-        self, batch_size: int, state_weight: torch.Tensor
-    ) -> Optional[torch.Tensor]:
-        """
-        For one sentence at a time in float32 inference on the CPU: the recurrent weight
-        re-laid out by MKL for single-row products (`torch.ops.mkl`, the packing PyTorch's
-        own CPU inference compiler uses), which halves the time of the step's largest
-        product (BENCHMARKS.md). Made once and kept until the weight changes; `None` where
-        it does not apply (training, gradients, batches, other devices and dtypes).
-        """
-        if (
-            batch_size != 1
-            or torch.is_grad_enabled()
-            or state_weight.device.type != "cpu"
-            or state_weight.dtype != torch.float32
-            or not torch.backends.mkl.is_available()
-        ):
-            return None
-        key = (state_weight.data_ptr(), state_weight._version)
-        if self._mkl_packed is None or self._mkl_packed[0] != key:
-            self._mkl_packed = (key, torch.ops.mkl._mkl_reorder_linear_weight(state_weight, 1))
-        return self._mkl_packed[1]
 
     def store_bias_as_in_file(self) -> None:
         """
@@ -174,6 +128,10 @@ class LstmCellWithProjection(torch.nn.Module):
                 self.state_linearity, "bias", TfForgetBias(self.cell_size)
             )
             self.state_linearity.parametrizations.bias.original.requires_grad = requires_grad
+
+    @property
+    def _bias_as_in_file(self) -> bool:
+        return parametrize.is_parametrized(self.state_linearity, "bias")
 
     def forward(
         self, inputs: torch.Tensor, mask: torch.BoolTensor, initial_state: LstmState
@@ -196,28 +154,11 @@ class LstmCellWithProjection(torch.nn.Module):
         (backward). Rows keep their initial state through padding, so the backward direction
         starts every row at its own last token.
         """
-        timesteps = inputs.size(1)
+        batch_size, timesteps = mask.shape
         cell_size = self.cell_size
-        if self._packed:
-            input_product = self._packed["input"]
-            state_product = self._packed["state"]
-            state_projection = self._packed["projection"]
-        else:
-            # The projection stays `functional.linear`: a narrow product with long sums, which
-            # oneDNN adds up less accurately (`cpu_linear`) at no gain in time.
-            state_projection = self.state_projection
-            input_weight = self.input_linearity.weight
-            # Fetched once: a parametrized bias (`TfForgetBias`) is recomputed on every access.
-            state_weight, state_bias = self.state_linearity.weight, self.state_linearity.bias
-            packed_weight = self._mkl_packed_state_weight(inputs.size(0), state_weight)
-
-            def input_product(inputs: torch.Tensor) -> torch.Tensor:
-                return linear(inputs, input_weight)
-
-            def state_product(state: torch.Tensor) -> torch.Tensor:
-                if packed_weight is not None:
-                    return torch.ops.mkl._mkl_linear(state, packed_weight, state_weight, state_bias, 1)
-                return linear(state, state_weight, state_bias)
+        input_product = self.kernels.product(Role.LSTM_INPUT, self.input_linearity)
+        state_product = self.kernels.product(Role.LSTM_RECURRENT, self.state_linearity, rows=batch_size)
+        state_projection = self.kernels.product(Role.LSTM_PROJECTION, self.state_projection)
 
         state, memory = initial_state
         dropout_mask = None
@@ -237,19 +178,20 @@ class LstmCellWithProjection(torch.nn.Module):
         positions = torch.arange(timesteps, device=lengths.device)
         active_rows_at = (lengths.unsqueeze(1) > positions).sum(dim=0).tolist()
         # The input products of real tokens only, in one matrix product, time-major: step t's
-        # rows are the t-th block. No product for padding, no copy of the (4 x cell_size)-wide
-        # result to reorder it, and in training one gradient concatenation for all steps (a
-        # slice per step would give every step a zero-filled gradient of the whole result).
+        # rows are the t-th block, (active_rows_at[t], 4 * cell). No product for padding, no
+        # copy of the wide result to reorder it, and in training one gradient concatenation
+        # for all steps (a slice per step would give every step a zero-filled gradient of the
+        # whole result).
         projected_inputs = input_product(
             sorted_inputs.transpose(0, 1)[sorted_mask.transpose(0, 1)]
         ).split(active_rows_at)
-        batch_size = lengths.size(0)
         outputs: List[torch.Tensor] = [inputs.new_empty(0)] * timesteps
         for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
             active_rows = active_rows_at[index]
             if active_rows == 0:
                 outputs[index] = inputs.new_zeros(batch_size, self.hidden_size)
                 continue
+            # (active_rows, 4 * cell)
             gates = projected_inputs[index] + state_product(state[:active_rows])
             # One split, not four slices: in training, a slice's gradient is a zero-filled
             # tensor of the whole `gates`; a split's gradients are concatenated once.
@@ -258,11 +200,13 @@ class LstmCellWithProjection(torch.nn.Module):
             forget_gate = torch.sigmoid(forget_gate)
             memory_init = torch.tanh(memory_init)
             output_gate = torch.sigmoid(output_gate)
+            # (active_rows, cell)
             new_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
             if self.memory_cell_clip_value:
                 new_memory = torch.clamp(
                     new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
                 )
+            # (active_rows, hidden)
             new_state = state_projection(output_gate * torch.tanh(new_memory))
             if self.state_projection_clip_value:
                 new_state = torch.clamp(
@@ -278,11 +222,53 @@ class LstmCellWithProjection(torch.nn.Module):
             outputs[index] = torch.cat(
                 [new_state, new_state.new_zeros(batch_size - active_rows, self.hidden_size)], dim=0
             )
+        # (batch_size, timesteps, hidden)
         sorted_outputs = torch.stack(outputs, dim=1)
         return (
             sorted_outputs.index_select(0, restore),
             (state.index_select(0, restore), memory.index_select(0, restore)),
         )
+
+    def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray], group: str) -> Arrays:
+        """
+        The cell's parameters from the layout's datasets of cell `group` (`layout.lstm_cell_group`):
+        TF's stacked input and recurrent weights split and transposed, gates reordered, and the
+        forget bias folded in (or kept as in the file when the bias is a `TfForgetBias`).
+        """
+        cell_size, input_size = self.cell_size, self.input_size
+        weights = layout.swap_tf_and_torch_gate_order(arrays[f"{group}/W_0"].T, cell_size)
+        bias = arrays[f"{group}/B"].copy()
+        if self._bias_as_in_file:
+            bias_name = "state_linearity.parametrizations.bias.original"
+        else:
+            bias_name = "state_linearity.bias"
+            bias[2 * cell_size : 3 * cell_size] += numpy.float32(layout.TF_FORGET_BIAS)
+        return {
+            "input_linearity.weight": weights[:, :input_size],
+            "state_linearity.weight": weights[:, input_size:],
+            bias_name: layout.swap_tf_and_torch_gate_order(bias, cell_size),
+            "state_projection.weight": arrays[f"{group}/W_P_0"].T,
+        }
+
+    def arrays_from_parameters(self, group: str) -> Arrays:
+        """The layout's datasets of cell `group` (inverse of `parameters_from_arrays`)."""
+        cell_size = self.cell_size
+        weights = numpy.concatenate(
+            [parameter_array(self.input_linearity.weight), parameter_array(self.state_linearity.weight)],
+            axis=1,
+        )
+        if self._bias_as_in_file:
+            stored = self.state_linearity.parametrizations.bias.original
+            bias = layout.swap_tf_and_torch_gate_order(parameter_array(stored), cell_size)
+        else:
+            folded = parameter_array(self.state_linearity.bias)
+            bias = layout.swap_tf_and_torch_gate_order(folded, cell_size)
+            bias[2 * cell_size : 3 * cell_size] -= numpy.float32(layout.TF_FORGET_BIAS)
+        return {
+            f"{group}/W_0": layout.swap_tf_and_torch_gate_order(weights, cell_size).T,
+            f"{group}/B": bias,
+            f"{group}/W_P_0": parameter_array(self.state_projection.weight).T,
+        }
 
 
 class ElmoLstm(torch.nn.Module):
@@ -291,8 +277,9 @@ class ElmoLstm(torch.nn.Module):
     The directions never see each other's outputs; layer `l > 0` of a direction reads that
     direction's layer `l - 1` (plus a residual connection if `use_skip_connections`).
 
-    This module holds no state between calls; `ElmoBiLm` decides what state a batch starts
-    from (carried over from the previous batch, or a fixed one).
+    Called without an initial state, a batch starts from `batch_start_state` (carried from
+    the previous batch by default, as AllenNLP's `ElmoLstm`; `ElmoBiLm` sets its own policy);
+    with one, the state is the caller's business (the biLM model in training).
 
     # Parameters
 
@@ -319,19 +306,13 @@ class ElmoLstm(torch.nn.Module):
         training mode; a residual connection adds the dropped-out input, as in bilm-tf, where
         each cell is `DropoutWrapper(ResidualWrapper(cell), input_keep_prob)`.
     parallel_directions : `bool`, optional (default = `True`)
-        On CPU with two or more threads, run the backward direction in a second thread while
-        the calling thread runs the forward one, each with half of `torch.get_num_threads()`
-        (restored afterwards; a process-wide setting, so turn this off if other threads run
-        torch work at the same time). Only where no autograd graph is recorded and nothing
-        random happens (no dropout in training mode), so results do not depend on thread
-        timing. Worth 1.15-1.5x for one sentence at a time on two cores: per step, each
-        direction's single-row products and element-wise operations are too small to split
-        across cores, and two of them side by side keep both cores busy (from 16 rows up,
-        oneDNN's products use both cores by themselves and it gains 1.0-1.14x). Not on a GPU,
-        where the per-step kernels are so small that the GPU mostly waits for the host to
-        launch them: a second thread launching the backward direction on a second CUDA stream
-        was tried and measured 0.79-1.04x of the serial loop (Python's GIL serialises the
-        launches; BENCHMARKS.md). Also an attribute, settable any time.
+        Where no autograd graph is recorded and nothing random happens, on the CPU, run the
+        backward direction in a second thread beside the forward one (see
+        `elmo_plugin.kernels.threads`: it halves the process-wide torch thread count for the
+        duration of the call, so turn this off if other threads run torch work at the same
+        time). Also an attribute, settable any time.
+    kernels : `Kernels`, optional
+        Computes the cells' products (`ElmoBiLm` shares its own).
     """
 
     def __init__(
@@ -347,6 +328,7 @@ class ElmoLstm(torch.nn.Module):
         use_skip_connections: bool = True,
         input_dropout_probability: float = 0.0,
         parallel_directions: bool = True,
+        kernels: Optional[Kernels] = None,
     ) -> None:
         super().__init__()
         self.parallel_directions = parallel_directions
@@ -355,6 +337,8 @@ class ElmoLstm(torch.nn.Module):
         self.cell_size = cell_size
         self.num_layers = num_layers
         self.use_skip_connections = use_skip_connections
+        self.kernels = kernels or Kernels()
+        self.batch_start_state = BatchStartState(self.zero_state)
         self._input_dropout = torch.nn.Dropout(input_dropout_probability)
         self.forward_layers: List[LstmCellWithProjection] = []
         self.backward_layers: List[LstmCellWithProjection] = []
@@ -369,6 +353,7 @@ class ElmoLstm(torch.nn.Module):
                     recurrent_dropout_probability,
                     memory_cell_clip_value,
                     state_projection_clip_value,
+                    kernels=self.kernels,
                 )
                 direction = "forward" if go_forward else "backward"
                 self.add_module(f"{direction}_layer_{layer_index}", cell)
@@ -384,21 +369,20 @@ class ElmoLstm(torch.nn.Module):
             reference.new_zeros(self.num_layers, batch_size, 2 * self.cell_size),
         )
 
+    def reset_states(self) -> None:
+        """Forgets the carried state (AllenNLP's method): the next batch starts from zeros."""
+        self.batch_start_state.reset()
+
     def store_biases_as_in_file(self) -> None:
         """Re-parametrizes every cell's gate bias with `TfForgetBias` (for training to export)."""
         for cell in self.forward_layers + self.backward_layers:
             cell.store_bias_as_in_file()
 
-    def set_precision(self, precision: str) -> None:
-        """Every cell's products in `precision`, for inference (`LstmCellWithProjection`)."""
-        for cell in self.forward_layers + self.backward_layers:
-            cell.set_precision(precision)
-
     def forward(
         self,
         inputs: torch.Tensor,
         mask: torch.BoolTensor,
-        initial_state: LstmState,
+        initial_state: Optional[LstmState] = None,
         backward_inputs: Optional[torch.Tensor] = None,
         backward_mask: Optional[torch.BoolTensor] = None,
     ) -> Tuple[torch.Tensor, LstmState]:
@@ -409,9 +393,10 @@ class ElmoLstm(torch.nn.Module):
             `(batch_size, timesteps, input_size)`.
         mask : `torch.BoolTensor`
             `(batch_size, timesteps)`, a prefix of True per row.
-        initial_state : `LstmState`
+        initial_state : `LstmState`, optional
             `(h, c)` of shapes `(num_layers, batch_size, 2 * hidden_size)` and
             `(num_layers, batch_size, 2 * cell_size)`, forward half first (AllenNLP's layout).
+            Without it the batch starts from `batch_start_state`, which keeps the final state.
         backward_inputs : `torch.Tensor`, optional (default = `inputs`)
             What the backward cells read, of the shape of `inputs`. A biLM in training reads
             different positions (or different text) in each direction: the forward LM the
@@ -424,6 +409,9 @@ class ElmoLstm(torch.nn.Module):
         Outputs `(num_layers, batch_size, timesteps, 2 * hidden_size)` (forward half first, zero
         at padded positions) and the final state in the layout of `initial_state`.
         """
+        keeps_state = initial_state is None
+        if keeps_state:
+            initial_state = self.batch_start_state.for_batch(mask.size(0), inputs)
         if backward_inputs is None:
             backward_inputs, backward_mask = inputs, mask
         elif backward_mask is None:
@@ -437,20 +425,25 @@ class ElmoLstm(torch.nn.Module):
             initial_states[..., self.hidden_size :],
             initial_memories[..., self.cell_size :],
         )
-        if self._directions_in_parallel(inputs, backward_inputs):
-            forward, backward = self._run_directions_in_parallel(
-                (self.forward_layers, inputs, mask, forward_start),
-                (self.backward_layers, backward_inputs, backward_mask, backward_start),
-            )
-        else:
-            forward = self._run_direction(self.forward_layers, inputs, mask, forward_start)
-            backward = self._run_direction(
+
+        def forward_direction() -> DirectionResult:
+            return self._run_direction(self.forward_layers, inputs, mask, forward_start)
+
+        def backward_direction() -> DirectionResult:
+            return self._run_direction(
                 self.backward_layers, backward_inputs, backward_mask, backward_start
             )
+
+        if self._directions_in_parallel(inputs, backward_inputs):
+            forward, backward = threads.run_side_by_side(forward_direction, backward_direction)
+        else:
+            forward, backward = forward_direction(), backward_direction()
         outputs, final_states, final_memories = (
             torch.stack([torch.cat(pair, -1) for pair in zip(forward_part, backward_part)])
             for forward_part, backward_part in zip(forward, backward)
         )
+        if keeps_state:
+            self.batch_start_state.after_batch((final_states, final_memories))
         return outputs, (final_states, final_memories)
 
     def _run_direction(
@@ -478,6 +471,8 @@ class ElmoLstm(torch.nn.Module):
         return layer_outputs, final_states, final_memories
 
     def _directions_in_parallel(self, inputs: torch.Tensor, backward_inputs: torch.Tensor) -> bool:
+        if not self.parallel_directions:
+            return False
         records_graph = torch.is_grad_enabled() and (
             inputs.requires_grad
             or backward_inputs.requires_grad
@@ -487,33 +482,33 @@ class ElmoLstm(torch.nn.Module):
             self._input_dropout.p > 0.0
             or any(cell.recurrent_dropout_probability > 0.0 for cell in self.forward_layers)
         )
-        return (
-            self.parallel_directions
-            and inputs.device.type == "cpu"
-            and torch.get_num_threads() >= 2
-            and not records_graph
-            and not draws_random_numbers
-            and not torch.is_autocast_enabled("cpu")
-        )
+        return threads.can_run_side_by_side(inputs.device, records_graph, draws_random_numbers)
 
-    def _run_directions_in_parallel(
-        self, forward_arguments: Tuple, backward_arguments: Tuple
-    ) -> Tuple[DirectionResult, DirectionResult]:
-        threads = torch.get_num_threads()
-        threads_per_direction = threads // 2
-        inference_mode = torch.is_inference_mode_enabled()
+    def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
+        """Every cell's parameters from the layout's `RNN_{direction}/.../Cell{layer}` datasets."""
+        values: Arrays = {}
+        for direction, direction_name in enumerate(layout.DIRECTIONS):
+            for layer in range(self.num_layers):
+                cell = getattr(self, f"{direction_name}_layer_{layer}")
+                group = layout.lstm_cell_group(direction, layer)
+                values.update(
+                    with_prefix(f"{direction_name}_layer_{layer}", cell.parameters_from_arrays(arrays, group))
+                )
+        return values
 
-        def backward_direction() -> DirectionResult:
-            # Thread counts and inference mode are per thread: the worker takes the caller's.
-            torch.set_num_threads(threads_per_direction)
-            with torch.inference_mode(inference_mode), torch.no_grad():
-                return self._run_direction(*backward_arguments)
+    def arrays_from_parameters(self) -> Arrays:
+        """The layout's LSTM datasets (inverse of `parameters_from_arrays`)."""
+        arrays: Arrays = {}
+        for direction, cells in enumerate((self.forward_layers, self.backward_layers)):
+            for layer, cell in enumerate(cells):
+                arrays.update(cell.arrays_from_parameters(layout.lstm_cell_group(direction, layer)))
+        return arrays
 
-        torch.set_num_threads(threads_per_direction)
-        backward_result = _backward_direction_executor().submit(backward_direction)
-        try:
-            forward_result = self._run_direction(*forward_arguments)
-        finally:
-            wait([backward_result])
-            torch.set_num_threads(threads)
-        return forward_result, backward_result.result()
+    # AllenNLP 0.9 and 2.x client code reads and clears the carried state through `_states`.
+    @property
+    def _states(self) -> Optional[LstmState]:
+        return self.batch_start_state.get()
+
+    @_states.setter
+    def _states(self, state: Optional[LstmState]) -> None:
+        self.batch_start_state.set(state)

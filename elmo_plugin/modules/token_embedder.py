@@ -10,11 +10,9 @@ from allennlp.modules.token_embedders.token_embedder import TokenEmbedder
 from overrides import overrides
 
 from elmo_plugin.modules.elmo import Elmo
-
-PUBLISHED_ORIGINAL_ELMO = (
-    "https://allennlp.s3.amazonaws.com/models/elmo/2x4096_512_2048cnn_2xhighway/"
-    "elmo_2x4096_512_2048cnn_2xhighway"
-)
+from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.modules.settings import ElmoSettings
+from elmo_plugin.weights import pretrained
 
 
 @TokenEmbedder.register("elmo_token_embedder", exist_ok=True)
@@ -29,17 +27,19 @@ class ElmoTokenEmbedder(TokenEmbedder):
     options_file : `str`, optional
         Path or URL of the biLM options; defaults to the published original ELMo.
     weight_file : `str`, optional
-        Path or URL of the biLM weights; defaults to the published original ELMo.
+        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`);
+        defaults to the published original ELMo.
     do_layer_norm : `bool`, optional (default = `False`)
         Layer-normalise the biLM layers before mixing.
     dropout : `float`, optional (default = `0.5`)
         Dropout on the ELMo representation.
     requires_grad : `bool`, optional (default = `False`)
-        Fine-tune the biLM.
+        Fine-tune the biLM (see `ElmoSettings`, as for `vocab_to_cache`, `stateful` and
+        `precision`).
     projection_dim : `int`, optional (default = `None`)
         If given, a linear projection of the representation to this size.
     vocab_to_cache : `List[str]`, optional (default = `None`)
-        Words whose char-CNN vectors are precomputed (word ids then index this list).
+        Words whose token-layer vectors are precomputed (word ids then index this list).
     scalar_mix_parameters : `List[float]`, optional (default = `None`)
         Fixed, untrained mixing weights (pre-softmax), one per biLM layer.
     namespace_to_cache : `str`, optional (default = `None`)
@@ -48,26 +48,26 @@ class ElmoTokenEmbedder(TokenEmbedder):
     vocab : `Vocabulary`, optional
         Supplied by AllenNLP; needed for `namespace_to_cache`.
     stateful : `bool`, optional (default = `True`)
-        Carry biLM state across batches (AllenNLP's behaviour) or not; see `ElmoBiLm`.
+        Carry biLM state across batches (AllenNLP's behaviour) or not.
     precision : `str`, optional (default = `"float32"`)
-        `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity (see
-        `ElmoBiLm`); not with `requires_grad`.
+        `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity; not
+        with `requires_grad`.
     """
 
     def __init__(
         self,
-        options_file: str = PUBLISHED_ORIGINAL_ELMO + "_options.json",
-        weight_file: str = PUBLISHED_ORIGINAL_ELMO + "_weights.hdf5",
+        options_file: str = pretrained.DEFAULT.options_file,
+        weight_file: str = pretrained.DEFAULT.weight_file,
         do_layer_norm: bool = False,
         dropout: float = 0.5,
-        requires_grad: bool = False,
+        requires_grad: bool = ElmoSettings.requires_grad,
         projection_dim: Optional[int] = None,
-        vocab_to_cache: Optional[List[str]] = None,
+        vocab_to_cache: Optional[List[str]] = ElmoSettings.vocab_to_cache,
         scalar_mix_parameters: Optional[List[float]] = None,
         namespace_to_cache: Optional[str] = None,
         vocab: Optional[Vocabulary] = None,
-        stateful: bool = True,
-        precision: str = "float32",
+        stateful: bool = ElmoSettings.stateful,
+        precision: str = ElmoSettings.precision,
     ) -> None:
         super().__init__()
         if namespace_to_cache is not None:
@@ -83,17 +83,15 @@ class ElmoTokenEmbedder(TokenEmbedder):
                 vocab.get_token_from_index(index, namespace_to_cache)
                 for index in range(vocab.get_vocab_size(namespace_to_cache))
             ]
+        settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
         self._elmo = Elmo(
-            options_file,
-            weight_file,
+            None,
+            None,
             1,
             do_layer_norm=do_layer_norm,
             dropout=dropout,
-            requires_grad=requires_grad,
-            vocab_to_cache=vocab_to_cache,
             scalar_mix_parameters=scalar_mix_parameters,
-            stateful=stateful,
-            precision=precision,
+            module=ElmoBiLm.from_settings(options_file, weight_file, settings),
         )
         self._projection: Optional[torch.nn.Linear] = None
         self.output_dim = self._elmo.get_output_dim()

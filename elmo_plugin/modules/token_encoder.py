@@ -33,9 +33,6 @@ class ElmoTokenEncoder(torch.nn.Module):
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, output_dim)`."""
         raise NotImplementedError
 
-    def set_precision(self, precision: str) -> None:
-        """Inference precision of the encoder's matrix products (none by default)."""
-
     def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
         """
         # Parameters

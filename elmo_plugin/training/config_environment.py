@@ -15,43 +15,35 @@ user has set are never changed.
 Data paths have no defaults: the task data sets (OntoNotes, CoNLL-2003, ...) cannot be
 downloaded from a public URL, and a made-up default would only move the error elsewhere.
 """
-import json
 import logging
 import os
-from typing import Dict, MutableMapping, Optional
+from typing import MutableMapping, Optional
+
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.weights import pretrained
+from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
 
-_PUBLISHED = "https://allennlp.s3.amazonaws.com/models/elmo/"
-
-# Published ELMo options files and the size of the vectors they give (2 x projection_dim).
-PUBLISHED_ELMO_DIMS: Dict[str, int] = {
-    _PUBLISHED + "2x1024_128_2048cnn_1xhighway/elmo_2x1024_128_2048cnn_1xhighway_options.json": 256,
-    _PUBLISHED + "2x2048_256_2048cnn_1xhighway/elmo_2x2048_256_2048cnn_1xhighway_options.json": 512,
-    _PUBLISHED + "2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json": 1024,
-    _PUBLISHED + "2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_options.json": 1024,
-}
-
 ORIGINAL_ELMO = {
-    "ELMO_OPTIONS_FILE": _PUBLISHED
-    + "2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_options.json",
-    "ELMO_WEIGHT_FILE": _PUBLISHED
-    + "2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5",
-    "ELMO_DIM": "1024",
+    "ELMO_OPTIONS_FILE": pretrained.ORIGINAL.options_file,
+    "ELMO_WEIGHT_FILE": pretrained.ORIGINAL.weight_file,
+    "ELMO_DIM": str(pretrained.ORIGINAL.output_dim),
 }
 
 
 def elmo_dim_of(options_file: str) -> Optional[int]:
     """The ELMo vector size an options file gives, if it can be known without a download."""
-    if options_file in PUBLISHED_ELMO_DIMS:
-        return PUBLISHED_ELMO_DIMS[options_file]
+    published_dim = pretrained.output_dim_of_published(options_file)
+    if published_dim is not None:
+        return published_dim
     path = options_file[len("file://"):] if options_file.startswith("file://") else options_file
     if not os.path.isfile(path):
         return None
     try:
-        with open(path, encoding="utf-8") as handle:
-            return 2 * int(json.load(handle)["lstm"]["projection_dim"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return ElmoOptions.from_local_file(path, options_file).output_dim
+    except (OSError, ConfigurationError) as error:
         # The config's ELMo embedder reads the same file and reports the problem properly.
         logger.debug("Cannot read the ELMo size from %s: %s", path, error)
         return None

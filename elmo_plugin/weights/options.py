@@ -108,15 +108,17 @@ class ElmoOptions:
     @classmethod
     def from_file(cls, options_file: str) -> "ElmoOptions":
         """Reads an options JSON from a path or URL (through `cached_path`)."""
-        local_path = resolve_elmo_file(options_file, "ELMo options file")
+        return cls.from_local_file(resolve_elmo_file(options_file, "ELMo options file"), str(options_file))
+
+    @classmethod
+    def from_local_file(cls, path: str, source: str) -> "ElmoOptions":
+        """Reads an options JSON at a local `path`; errors name `source` (what the user gave)."""
         try:
-            with open(local_path, "r", encoding="utf-8") as options_handle:
+            with open(path, "r", encoding="utf-8") as options_handle:
                 raw = json.load(options_handle)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ConfigurationError(
-                f"ELMo options file {options_file} is not valid JSON: {error}"
-            ) from error
-        return cls.from_dict(raw, source=str(options_file))
+            raise ConfigurationError(f"ELMo options file {source} is not valid JSON: {error}") from error
+        return cls.from_dict(raw, source=source)
 
     @classmethod
     def from_dict(cls, raw: Dict[str, Any], source: str = "<dict>") -> "ElmoOptions":

@@ -8,25 +8,8 @@ from typing import Any, Dict, Tuple, Union
 import numpy
 
 from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats import BiLmWeights, write_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
-
-# The published architectures (their options files minus training-only keys).
-SMALL_OPTIONS: Dict[str, Any] = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 128, "cell_clip": 3,
-             "proj_clip": 3, "dim": 1024, "n_layers": 2},
-    "char_cnn": {"activation": "relu",
-                 "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-                 "n_highway": 1, "embedding": {"dim": 16}, "n_characters": 262,
-                 "max_characters_per_token": 50},
-}
-ORIGINAL_OPTIONS: Dict[str, Any] = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 512, "cell_clip": 3,
-             "proj_clip": 3, "dim": 4096, "n_layers": 2},
-    "char_cnn": {"activation": "relu",
-                 "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-                 "n_highway": 2, "embedding": {"dim": 16}, "n_characters": 262,
-                 "max_characters_per_token": 50},
-}
 
 
 def random_weight_arrays(options: ElmoOptions, seed: int = 0) -> Dict[str, numpy.ndarray]:
@@ -55,9 +38,6 @@ def write_random_elmo(
     """Writes `options.json` and `weights.hdf5` with random weights; returns their paths."""
     if not isinstance(options, ElmoOptions):
         options = ElmoOptions.from_dict(options)
-    os.makedirs(directory, exist_ok=True)
-    options_path = os.path.join(directory, "options.json")
-    weight_path = os.path.join(directory, "weights.hdf5")
-    options.to_file(options_path)
-    layout.write_weight_file(weight_path, random_weight_arrays(options, seed), options)
-    return options_path, weight_path
+    weights = BiLmWeights(options, random_weight_arrays(options, seed), source="random weights")
+    paths = write_bilm_weights(weights, os.fspath(directory), "published")
+    return paths["options"], paths["weights"]

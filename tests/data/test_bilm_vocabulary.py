@@ -5,11 +5,8 @@ from allennlp.common.testing import AllenNlpTestCase
 from allennlp.data.vocabulary import Vocabulary
 
 from elmo_plugin.data.bilm_corpus_reader import LM_NAMESPACE, BiLmCorpusReader
-from elmo_plugin.data.bilm_vocabulary import (
-    BiLmVocabulary,
-    read_bilm_vocab_file,
-    write_bilm_vocab_file,
-)
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
+from elmo_plugin.data.vocab_file import read_bilm_vocab_file, write_bilm_vocab_file
 from tests.helpers import SHARED_FIXTURES
 
 VOCAB_FILE = str(SHARED_FIXTURES / "bilm_train" / "vocab.txt")

@@ -15,9 +15,10 @@ from allennlp.models import Model
 from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
-from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary, read_bilm_vocab_file
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
+from elmo_plugin.data.vocab_file import read_bilm_vocab_file
 from elmo_plugin.models.bilm import ElmoBiLmModel
-from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import (
     BILM_CONFIGS,
@@ -70,7 +71,7 @@ def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax()
         vocabulary, options_file=ELMO_OPTIONS_FILE, weight_file=ELMO_WEIGHT_FILE, num_samples=8
     )
     options = ElmoOptions.from_file(ELMO_OPTIONS_FILE)
-    in_file = layout.read_weight_file(ELMO_WEIGHT_FILE, options)
+    in_file = read_bilm_weights(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).arrays
     loaded = model.bilm.weight_arrays()
     assert sorted(loaded) == sorted(in_file)
     for name, array in in_file.items():

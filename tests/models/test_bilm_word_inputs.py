@@ -13,10 +13,10 @@ from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
 
 from elmo_plugin import Elmo, ElmoBiLm, ElmoTokenEmbedder, batch_to_ids
-from elmo_plugin.commands.export import export_bilm
+from elmo_plugin.models.export import export_bilm
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.models.bilm import ElmoBiLmModel
-from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import BILM_CONFIGS, bilm_data_overrides
 
@@ -52,7 +52,7 @@ def test_export_holds_the_embedding_and_the_vocabulary(trained_word_bilm):
     options = ElmoOptions.from_file(str(export_dir / "options.json"))
     assert options.word_inputs and options.share_embedding_softmax
     assert options.n_tokens_vocab == 32 and "char_cnn" not in options.to_dict()
-    arrays = layout.read_weight_file(str(export_dir / "weights.hdf5"), options)
+    arrays = read_bilm_weights(options, str(export_dir / "weights.hdf5")).arrays
     assert list(arrays["vocabulary"]) == BiLmVocabulary.words(model.vocab)
     assert numpy.array_equal(arrays["embedding"], model.bilm.token_embedder.embedding.weight.detach().numpy())
     assert not any(name.startswith(("char_embed", "CNN")) for name in arrays)

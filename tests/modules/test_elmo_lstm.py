@@ -3,10 +3,10 @@ import multiprocessing
 import pytest
 import torch
 
+from elmo_plugin.kernels import threads
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import ElmoLstm, LstmCellWithProjection
-from elmo_plugin.weights import layout
-from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.weights.formats import read_bilm_weights
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 
@@ -40,8 +40,7 @@ def test_a_bilm_with_biases_as_in_the_file_loads_them_unchanged_and_computes_the
     character_ids = torch.randint(1, 200, (2, 4, 50))
     plain = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
     as_in_file = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, bias_as_in_file=True)
-    options = ElmoOptions.from_file(ELMO_OPTIONS_FILE)
-    in_file = layout.read_weight_file(ELMO_WEIGHT_FILE, options)
+    in_file = read_bilm_weights(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).arrays
     exported = as_in_file.weight_arrays()
     assert all((exported[name] == array).all() for name, array in in_file.items())
     plain_layers = plain(character_ids)["activations"]
@@ -71,17 +70,18 @@ def test_batch_one_inference_uses_mkl_packed_weights_that_follow_weight_changes(
 
     bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)
     cell = bilm.lstm.forward_layers[0]
+    mkl_packed = lambda: bilm.kernels._mkl_packed.get(cell.state_linearity)  # noqa: E731
     one_sentence = batch_to_ids([["The", "cat", "sat", "on", "the", "mat", "."]])
     plain = bilm(one_sentence)["activations"]  # gradients enabled: the plain product
     with torch.no_grad():
         packed = bilm(one_sentence)["activations"]
-        assert cell._mkl_packed is not None
-        first_key = cell._mkl_packed[0]
+        assert mkl_packed() is not None
+        first_key = mkl_packed()[0]
         for expected, actual in zip(plain, packed):
             torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
         cell.state_linearity.weight.mul_(0.5)  # e.g. new weights loaded in place
         changed = bilm(one_sentence)["activations"]
-        assert cell._mkl_packed[0] != first_key
+        assert mkl_packed()[0] != first_key
     with torch.enable_grad():
         expected_changed = bilm(one_sentence)["activations"]
     torch.testing.assert_close(changed[-1], expected_changed[-1].detach(), rtol=0, atol=1e-5)
@@ -108,11 +108,11 @@ def _lstm_and_inputs(requires_grad: bool = False):
 def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkeypatch, two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs()
     calls = []
-    run_in_parallel = ElmoLstm._run_directions_in_parallel
+    run_side_by_side = threads.run_side_by_side
     monkeypatch.setattr(
-        ElmoLstm,
-        "_run_directions_in_parallel",
-        lambda self, *arguments: calls.append(1) or run_in_parallel(self, *arguments),
+        threads,
+        "run_side_by_side",
+        lambda *arguments: calls.append(1) or run_side_by_side(*arguments),
     )
     with torch.no_grad():
         parallel_outputs, (parallel_h, parallel_c) = lstm(inputs, mask, state)

@@ -5,7 +5,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
-from elmo_plugin.modules.reduced_precision import PackedLinear
+from elmo_plugin.kernels.reduced_precision import PackedLinear
 from tests.helpers import CARRIED_STATE_BATCHES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 SENTENCES = [sentence for batch in CARRIED_STATE_BATCHES for sentence in batch if sentence]
@@ -58,7 +58,7 @@ def test_bad_precisions_are_refused():
 
 @pytest.mark.parametrize("shape", [(1,), (9,), (65,), (3, 7)])
 def test_bfloat16_product_at_padded_rows_is_cut_back(shape):
-    # On the CPU the bfloat16 product runs on zero-padded rows (cpu_linear.at_padded_rows).
+    # On the CPU the bfloat16 product runs on zero-padded rows (onednn.at_padded_rows).
     generator = torch.Generator().manual_seed(0)
     weight, bias = torch.randn(40, 32, generator=generator), torch.randn(40, generator=generator)
     inputs = torch.randn(*shape, 32, generator=generator)

@@ -8,9 +8,9 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import Elmo as AllenNlpElmo
 
 from elmo_plugin import batch_to_ids
-from elmo_plugin.commands.export import export_bilm
-from elmo_plugin.data.bilm_vocabulary import read_bilm_vocab_file
-from elmo_plugin.weights import layout
+from elmo_plugin.data.vocab_file import read_bilm_vocab_file
+from elmo_plugin.models.export import export_bilm
+from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import BILM_VOCAB_FILE, REPO_ROOT
 from tests.modules.oracle import FLOAT64_TOLERANCE, max_difference
@@ -43,9 +43,8 @@ def test_export_loads_in_allennlps_elmo_with_the_models_own_representations(
 def test_a_serialization_directory_exports_the_same_weights(trained_tiny_bilm, tmp_path):
     from_archive = export_bilm(str(trained_tiny_bilm / "model.tar.gz"), str(tmp_path / "a"))
     from_directory = export_bilm(str(trained_tiny_bilm), str(tmp_path / "b"))
-    options = ElmoOptions.from_file(from_archive["options"])
-    first = layout.read_weight_file(from_archive["weights"], options)
-    second = layout.read_weight_file(from_directory["weights"], options)
+    first = read_bilm_weights(from_archive["options"], from_archive["weights"]).arrays
+    second = read_bilm_weights(from_archive["options"], from_directory["weights"]).arrays
     assert all(numpy.array_equal(first[name], second[name]) for name in first)
 
 

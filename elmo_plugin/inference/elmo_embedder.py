@@ -11,13 +11,16 @@ from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.data.character_mapper import batch_to_ids
+from elmo_plugin.inference.embed_file import embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
-from elmo_plugin.modules.token_embedder import PUBLISHED_ORIGINAL_ELMO
+from elmo_plugin.modules.settings import ElmoSettings
+from elmo_plugin.modules.start_state import BatchStartState
+from elmo_plugin.weights import pretrained
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_OPTIONS_FILE = PUBLISHED_ORIGINAL_ELMO + "_options.json"
-DEFAULT_WEIGHT_FILE = PUBLISHED_ORIGINAL_ELMO + "_weights.hdf5"
+DEFAULT_OPTIONS_FILE = pretrained.DEFAULT.options_file
+DEFAULT_WEIGHT_FILE = pretrained.DEFAULT.weight_file
 DEFAULT_BATCH_SIZE = 64
 
 
@@ -31,15 +34,16 @@ class ElmoEmbedder:
     options_file : `str`, optional
         Path or URL of the biLM options; defaults to the published original ELMo.
     weight_file : `str`, optional
-        Path or URL of the biLM weights; defaults to the published original ELMo.
+        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`);
+        defaults to the published original ELMo.
     cuda_device : `int`, optional (default = `-1`)
         GPU to run on; -1 for the CPU.
     stateful : `bool`, optional (default = `False`)
-        `False`: a sentence's vectors depend only on the sentence (see `ElmoBiLm`). `True`:
-        AllenNLP 0.9's behaviour, LSTM state carried from batch to batch.
+        `False`: a sentence's vectors depend only on the sentence (see `ElmoSettings`).
+        `True`: AllenNLP 0.9's behaviour, LSTM state carried from batch to batch.
     precision : `str`, optional (default = `"float32"`)
         `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity (see
-        `ElmoBiLm`; int8 on the CPU only).
+        `ElmoSettings`; int8 on the CPU only).
     """
 
     def __init__(
@@ -48,9 +52,10 @@ class ElmoEmbedder:
         weight_file: str = DEFAULT_WEIGHT_FILE,
         cuda_device: int = -1,
         stateful: bool = False,
-        precision: str = "float32",
+        precision: str = ElmoSettings.precision,
     ) -> None:
-        self.elmo_bilm = ElmoBiLm(options_file, weight_file, stateful=stateful, precision=precision)
+        settings = ElmoSettings(stateful=stateful, precision=precision)
+        self.elmo_bilm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
         self.device = torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}")
@@ -63,6 +68,15 @@ class ElmoEmbedder:
     @property
     def output_dim(self) -> int:
         return self.elmo_bilm.get_output_dim()
+
+    @property
+    def stateful(self) -> bool:
+        return self.elmo_bilm.stateful
+
+    @property
+    def batch_start_state(self) -> BatchStartState:
+        """The carried LSTM state (stateful mode), for saving and restoring it."""
+        return self.elmo_bilm.lstm.batch_start_state
 
     def empty_embedding(self) -> numpy.ndarray:
         return numpy.zeros((self.num_layers, 0, self.output_dim), dtype=numpy.float32)
@@ -115,7 +129,7 @@ class ElmoEmbedder:
     ) -> None:
         """
         Embeds a file of whitespace-tokenized sentences, one per line, into HDF5; the same code
-        path as `allennlp elmo` (see `elmo_plugin.commands.embed_file.embed_file` for the
+        path as `allennlp elmo` (see `elmo_plugin.inference.embed_file.embed_file` for the
         further `options`: `resume`, `overwrite`, `allow_empty_lines`, ...).
 
         # Parameters
@@ -133,8 +147,6 @@ class ElmoEmbedder:
         use_sentence_keys : `bool`, optional (default = `False`)
             Key datasets by the sentence instead of its line index.
         """
-        from elmo_plugin.commands.embed_file import embed_file
-
         input_path: Optional[str] = None
         if isinstance(input_file, (str, os.PathLike)):
             input_path = os.fspath(input_file)

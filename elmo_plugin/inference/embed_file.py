@@ -30,7 +30,7 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Protocol, Tuple
 
 import h5py
 import numpy
@@ -39,11 +39,28 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 
 from elmo_plugin.common.atomic_file import atomic_output_path
-
-if TYPE_CHECKING:
-    from elmo_plugin.modules.elmo_embedder import ElmoEmbedder
+from elmo_plugin.modules.start_state import BatchStartState
 
 logger = logging.getLogger(__name__)
+
+
+class SentenceEmbedder(Protocol):
+    """What the engine needs of an embedder (`ElmoEmbedder` is one)."""
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the LSTM state is carried from batch to batch (0.9's file-order batches)."""
+        ...
+
+    @property
+    def batch_start_state(self) -> BatchStartState:
+        """The carried state, saved with every chunk and restored on resume."""
+        ...
+
+    def embed_batch(self, batch: List[List[str]]) -> List[numpy.ndarray]:
+        """One `(num_layers, len(sentence), dim)` array per sentence."""
+        ...
+
 
 OUTPUT_FORMATS = ("all", "top", "average")
 SENTENCE_TO_INDEX = "sentence_to_index"
@@ -78,7 +95,7 @@ class _InputSummary:
 
 
 def embed_file(
-    embedder: "ElmoEmbedder",
+    embedder: SentenceEmbedder,
     input_path: str,
     output_path: str,
     output_format: str = "all",
@@ -96,8 +113,8 @@ def embed_file(
 
     # Parameters
 
-    embedder : `ElmoEmbedder`
-        The biLM; its `stateful` flag selects 0.9's file-order batching.
+    embedder : `SentenceEmbedder`
+        The biLM (an `ElmoEmbedder`); its `stateful` flag selects 0.9's file-order batching.
     input_path : `str`
         The text file.
     output_path : `str`
@@ -124,7 +141,7 @@ def embed_file(
         raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
     if batch_size < 1:
         raise ConfigurationError(f"batch_size must be positive, got {batch_size}")
-    stateful = embedder.elmo_bilm.stateful
+    stateful = embedder.stateful
     if stateful:
         chunk_size = -(-chunk_size // batch_size) * batch_size
     if not os.path.isfile(input_path):
@@ -157,7 +174,7 @@ def embed_file(
     done_chunks = _prepare_partial_dir(partial_dir, settings, resume)
 
     if stateful:
-        embedder.elmo_bilm.reset_states()
+        embedder.batch_start_state.reset()
         if done_chunks:
             _restore_carried_state(embedder, os.path.join(partial_dir, _chunk_name(max(done_chunks))))
 
@@ -314,7 +331,7 @@ def _reduce(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
 
 
 def _embed_chunk(
-    embedder: "ElmoEmbedder",
+    embedder: SentenceEmbedder,
     chunk_path: str,
     first_line: int,
     lines: List[str],
@@ -325,7 +342,7 @@ def _embed_chunk(
     Embeds one chunk into its own file, keyed by line index, batch by batch (so memory holds
     one batch of vectors, not a chunk), through a temporary file renamed into place.
     """
-    stateful = embedder.elmo_bilm.stateful
+    stateful = embedder.stateful
     tokenized = [line.split() for line in lines]
     with atomic_output_path(chunk_path, suffix=".tmp") as temporary_path:
         with h5py.File(temporary_path, "w") as handle:
@@ -336,19 +353,20 @@ def _embed_chunk(
                         str(first_line + position),
                         data=_reduce(embedding, output_format).astype(numpy.float32),
                     )
-            carried = embedder.elmo_bilm._carried_state
+            carried = embedder.batch_start_state.get()
             if stateful and carried is not None:
                 handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
                 handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
 
 
-def _restore_carried_state(embedder: "ElmoEmbedder", chunk_path: str) -> None:
+def _restore_carried_state(embedder: SentenceEmbedder, chunk_path: str) -> None:
     with h5py.File(chunk_path, "r") as handle:
         if "_carried_state_h" in handle:
-            reference = next(embedder.elmo_bilm.parameters())
-            embedder.elmo_bilm._carried_state = tuple(  # type: ignore
-                torch.from_numpy(handle[name][...]).to(reference)
-                for name in ("_carried_state_h", "_carried_state_c")
+            embedder.batch_start_state.set(
+                tuple(  # type: ignore
+                    torch.from_numpy(handle[name][...])
+                    for name in ("_carried_state_h", "_carried_state_c")
+                )
             )
 
 

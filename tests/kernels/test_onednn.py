@@ -1,27 +1,36 @@
 """oneDNN's float32 products for inference: where they are used, and that they are `linear`."""
+import types
+
 import pytest
 import torch
 
 from elmo_plugin import ElmoBiLm, batch_to_ids
-from elmo_plugin.modules import cpu_linear
+from elmo_plugin.kernels import onednn
+from elmo_plugin.kernels.products import Kernels, Role
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 needs_onednn = pytest.mark.skipif(
-    cpu_linear._ONEDNN_LINEAR is None, reason="this PyTorch build has no oneDNN linear"
+    onednn._ONEDNN_LINEAR is None, reason="this PyTorch build has no oneDNN linear"
 )
+
+
+def linear(inputs, weight, bias):
+    """The product `Kernels` gives a wide (oneDNN-eligible) layer with these operands."""
+    layer = types.SimpleNamespace(weight=weight, bias=bias)
+    return Kernels().product(Role.HIGHWAY, layer)(inputs)
 
 
 @pytest.fixture
 def onednn_calls(monkeypatch):
     """The (input, weight) shapes of the products that go through oneDNN."""
     calls = []
-    onednn_linear = cpu_linear._ONEDNN_LINEAR
+    onednn_linear = onednn._ONEDNN_LINEAR
 
     def counting(inputs, weight, *arguments):
         calls.append((tuple(inputs.shape), tuple(weight.shape)))
         return onednn_linear(inputs, weight, *arguments)
 
-    monkeypatch.setattr(cpu_linear, "_ONEDNN_LINEAR", counting)
+    monkeypatch.setattr(onednn, "_ONEDNN_LINEAR", counting)
     return calls
 
 
@@ -40,27 +49,27 @@ def test_onednn_product_equals_linear_in_float32(onednn_calls, shape, with_bias)
     inputs, weight, bias = operands(*shape)
     bias = bias if with_bias else None
     with torch.no_grad():
-        ours = cpu_linear.linear(inputs, weight, bias)
+        ours = linear(inputs, weight, bias)
     rows = inputs.numel() // 64
-    assert onednn_calls == [((cpu_linear.padded_rows(rows), 64), (96, 64))]
+    assert onednn_calls == [((onednn.padded_rows(rows), 64), (96, 64))]
     expected = torch.nn.functional.linear(inputs.double(), weight.double(), None if bias is None else bias.double())
     assert ours.shape == expected.shape and ours.dtype == torch.float32
     torch.testing.assert_close(ours.double(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_padded_row_counts_are_few_and_close():
-    padded = [cpu_linear.padded_rows(rows) for rows in range(1, 4097)]
+    padded = [onednn.padded_rows(rows) for rows in range(1, 4097)]
     assert padded[:8] == list(range(1, 9))
     assert all(rows <= padded_rows <= 1.25 * rows for rows, padded_rows in enumerate(padded, start=1))
     assert padded == sorted(padded) and len(set(padded)) == 44
-    assert cpu_linear.padded_rows(0) == 0
+    assert onednn.padded_rows(0) == 0
 
 
 @needs_onednn
 def test_empty_inputs_keep_functional_linear(onednn_calls):
     inputs, weight, bias = operands(0)
     with torch.no_grad():
-        assert cpu_linear.linear(inputs, weight, bias).shape == (0, 96)
+        assert linear(inputs, weight, bias).shape == (0, 96)
     assert onednn_calls == []
 
 
@@ -68,7 +77,7 @@ def test_empty_inputs_keep_functional_linear(onednn_calls):
 def test_strided_operands(onednn_calls):
     inputs, weight, bias = operands(10)
     with torch.no_grad():
-        ours = cpu_linear.linear(inputs[::2], weight.t().contiguous().t(), bias)
+        ours = linear(inputs[::2], weight.t().contiguous().t(), bias)
     assert len(onednn_calls) == 1
     torch.testing.assert_close(ours, torch.nn.functional.linear(inputs[::2], weight, bias))
 
@@ -78,19 +87,19 @@ def test_differentiated_or_float64_operands_keep_functional_linear(onednn_calls)
     inputs, weight, bias = operands(4)
     for requires_grad in (inputs, weight, bias):
         requires_grad.requires_grad_(True)
-        output = cpu_linear.linear(inputs, weight, bias)
+        output = linear(inputs, weight, bias)
         output.sum().backward()  # oneDNN's product would have no gradient
         assert requires_grad.grad is not None
         requires_grad.requires_grad_(False)
     # With the same operands and no gradient recorded, oneDNN is used.
     with torch.no_grad():
         weight.requires_grad_(True)
-        cpu_linear.linear(inputs, weight, bias)
+        linear(inputs, weight, bias)
     assert len(onednn_calls) == 1
     inputs64, weight64, bias64 = operands(4, dtype=torch.float64)
     with torch.no_grad():
         assert torch.equal(
-            cpu_linear.linear(inputs64, weight64, bias64),
+            linear(inputs64, weight64, bias64),
             torch.nn.functional.linear(inputs64, weight64, bias64),
         )
     assert len(onednn_calls) == 1
@@ -107,7 +116,7 @@ def test_bilm_inference_uses_onednn_for_wide_products_only(onednn_calls):
     wide = {(4 * cell, projection), (2 * n_filters, n_filters)}  # LSTM input/recurrent, highway
     filters = {(number, width * options.char_embedding_dim) for width, number in options.filters}
     # Not the projections, (projection, cell) and (projection, n_filters): oneDNN adds up
-    # their long sums less accurately (cpu_linear).
+    # their long sums less accurately (kernels.onednn).
     assert products == wide | filters
 
 
@@ -119,14 +128,14 @@ def test_a_missing_or_misbehaving_onednn_linear_is_not_used(monkeypatch, caplog)
         raise RuntimeError("unexpected arguments")
 
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", wrong, raising=False)
-    assert cpu_linear._find_onednn_linear() is None
+    assert onednn._find_onednn_linear() is None
     assert "disagrees" in caplog.text
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", broken, raising=False)
-    assert cpu_linear._find_onednn_linear() is None
+    assert onednn._find_onednn_linear() is None
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
-    assert cpu_linear._find_onednn_linear() is None
+    assert onednn._find_onednn_linear() is None
     # Without it, `linear` is `functional.linear`, bit for bit.
-    monkeypatch.setattr(cpu_linear, "_ONEDNN_LINEAR", None)
+    monkeypatch.setattr(onednn, "_ONEDNN_LINEAR", None)
     inputs, weight, bias = operands(5)
     with torch.no_grad():
-        assert torch.equal(cpu_linear.linear(inputs, weight, bias), torch.nn.functional.linear(inputs, weight, bias))
+        assert torch.equal(linear(inputs, weight, bias), torch.nn.functional.linear(inputs, weight, bias))

@@ -1,32 +1,27 @@
 """
-Opt-in reduced-precision matrix products for inference: the biLM's LSTM and highway/projection
-layers in bfloat16 or int8 instead of float32.
+Opt-in reduced-precision matrix products for inference: the biLM's LSTM, highway and
+projection products in bfloat16 or int8 instead of float32.
 
-At batch 1 the biLM is memory bound (every LSTM step reads all recurrent weights); int8
-quarters the bytes and on CPUs with VNNI also computes faster (3.5-4.3x our float32 at batch 1,
-2.0-3.0x at batches of 16-64 on the development machine). bfloat16 halves the bytes and gains
-1.4-1.6x from batches of 16 up on a CPU with AVX512-BF16, but little at batch 1 (1.0-1.1x),
-where float32 uses MKL's packed single-row product and bfloat16 does not. The float32
+At batch 1 the biLM is memory bound (every LSTM step reads all recurrent weights): int8
+quarters the bytes (and computes faster on CPUs with VNNI), bfloat16 halves them. The float32
 parameters stay as they are (export, state dicts and fine-tuning see no difference); each
-layer gets a packed copy, made once, that `forward` uses instead. The char CNN's convolutions
-stay in float32. Fidelity is measured in BENCHMARKS.md.
-
-On a GPU, bfloat16 runs but is slower than float32 (0.6-0.9x on an H100, BENCHMARKS.md): the
-per-step products are too small for halved bytes to matter there, and the casts add kernels
-to a loop whose time is the host launching them.
+layer gets a packed copy that `Kernels` makes once and uses instead. The char CNN's
+convolutions stay in float32. Speed and fidelity are measured in BENCHMARKS.md; on a GPU
+bfloat16 runs but was not faster than float32 there.
 """
 from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.modules.cpu_linear import at_padded_rows
+from elmo_plugin.kernels.onednn import at_padded_rows
 
 FLOAT32, BFLOAT16, INT8 = "float32", "bfloat16", "int8"
 PRECISIONS = (FLOAT32, BFLOAT16, INT8)
 
 
 def check_precision(precision: str, requires_grad: bool) -> None:
+    """Raises a `ConfigurationError` for an unknown precision or one combined with training."""
     if precision not in PRECISIONS:
         raise ConfigurationError(
             f"ELMo precision must be one of {', '.join(PRECISIONS)}; got {precision!r}."
@@ -94,10 +89,3 @@ class PackedLinear:
 
     def _bfloat16_product(self, inputs: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.linear(inputs, self._weight)
-
-
-def packed(linear: torch.nn.Linear, precision: str) -> Optional[PackedLinear]:
-    """A `PackedLinear` of `linear` for a reduced precision, `None` for float32."""
-    if precision == FLOAT32:
-        return None
-    return PackedLinear(linear.weight, linear.bias, precision)

@@ -1,0 +1,138 @@
+"""
+The interface every biLM weight format implements, and the functions that pick the format
+from what the given paths hold.
+"""
+import logging
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Union
+
+import numpy
+from allennlp.common import Registrable
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.weights.files import resolve_elmo_file
+from elmo_plugin.weights.options import ElmoOptions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """
+    The files a user named for a biLM, as given (paths or URLs, for messages) and on this
+    machine (after `cached_path`). Either may be `None`; a format decides what it needs.
+    """
+
+    options_file: Optional[str]
+    weight_file: Optional[str]
+    options_path: Optional[str]
+    weight_path: Optional[str]
+
+    @classmethod
+    def resolve(cls, options_file: Optional[str], weight_file: Optional[str]) -> "ModelFiles":
+        return cls(
+            options_file=options_file,
+            weight_file=weight_file,
+            options_path=None if options_file is None else resolve_elmo_file(options_file, "ELMo options file"),
+            weight_path=None if weight_file is None else resolve_elmo_file(weight_file, "ELMo weight file"),
+        )
+
+    def describe(self) -> str:
+        return " and ".join(str(name) for name in (self.options_file, self.weight_file) if name is not None)
+
+
+@dataclass
+class BiLmWeights:
+    """
+    A biLM as every format reads and writes it: its architecture and its arrays, named and
+    shaped as in `elmo_plugin.weights.layout` (the published layout and its extensions).
+    """
+
+    options: ElmoOptions
+    arrays: Dict[str, numpy.ndarray]
+    source: str
+
+
+class WeightFormat(Registrable):
+    """
+    One way biLM weights are stored on disk (a module of `elmo_plugin.weights.formats`).
+    `read_bilm_weights` asks every registered format whether it `recognizes` the given files;
+    exactly one must.
+    """
+
+    # What the format's files look like, for the error when no format recognises a path.
+    expects: str = ""
+
+    def recognizes(self, files: ModelFiles) -> bool:
+        """Whether `files` are of this format (judged from what the local paths hold)."""
+        raise NotImplementedError
+
+    def read(self, files: ModelFiles, options: Optional[ElmoOptions] = None) -> BiLmWeights:
+        """
+        The weights in `files`; `options`, where given, are the architecture to check them
+        against instead of the format's own description. Errors name the file and the entry.
+        """
+        raise NotImplementedError
+
+    def write(self, weights: BiLmWeights, directory: str) -> Dict[str, str]:
+        """Writes `weights` into `directory`; returns the files written by role."""
+        raise ConfigurationError(f"The ELMo weight format {self.name!r} can be read, not written.")
+
+    @property
+    def name(self) -> str:
+        for name in WeightFormat.list_available():
+            if WeightFormat.by_name(name) is type(self):
+                return name
+        return type(self).__name__
+
+
+def registered_formats() -> List[WeightFormat]:
+    """One instance of every registered format."""
+    return [WeightFormat.by_name(name)() for name in sorted(WeightFormat.list_available())]
+
+
+def format_named(name: str) -> WeightFormat:
+    if name not in WeightFormat.list_available():
+        raise ConfigurationError(
+            f"Unknown ELMo weight format {name!r}; known: {', '.join(sorted(WeightFormat.list_available()))}"
+        )
+    return WeightFormat.by_name(name)()
+
+
+def read_bilm_weights(
+    options_file: Union[str, os.PathLike, ElmoOptions, None], weight_file: Optional[Union[str, os.PathLike]]
+) -> BiLmWeights:
+    """
+    Reads a biLM's weights in whichever format the paths (or URLs) hold. `options_file` may
+    be options already parsed, to check the weights of the published layout against.
+    """
+    options = options_file if isinstance(options_file, ElmoOptions) else None
+    if options is not None:
+        options_file = None
+    files = ModelFiles.resolve(
+        None if options_file is None else os.fspath(options_file),
+        None if weight_file is None else os.fspath(weight_file),
+    )
+    if options is not None:
+        return format_named("published").read(files, options)
+    matching = [weight_format for weight_format in registered_formats() if weight_format.recognizes(files)]
+    if len(matching) == 1:
+        logger.debug("Reading %s as ELMo weight format %r", files.describe(), matching[0].name)
+        return matching[0].read(files)
+    if not matching:
+        expected = "; ".join(f"{f.name}: {f.expects}" for f in registered_formats())
+        raise ConfigurationError(
+            f"{files.describe() or 'Nothing'} is not a biLM in any known format (expected {expected})."
+        )
+    raise ConfigurationError(
+        f"{files.describe()} could be read as any of the ELMo weight formats "
+        f"{', '.join(f.name for f in matching)}; their recognisers overlap."
+    )
+
+
+def write_bilm_weights(weights: BiLmWeights, directory: str, format_name: str = "published") -> Dict[str, str]:
+    """Writes `weights` into `directory` in format `format_name`; returns the paths by role."""
+    os.makedirs(directory, exist_ok=True)
+    return format_named(format_name).write(weights, directory)
+

@@ -1,0 +1,119 @@
+"""
+The published ELMo format: an options JSON and an HDF5 weight file in the layout bilm-tf's
+`dump_weights.py` writes (`elmo_plugin.weights.layout`), as AllenNLP publishes its models and
+`allennlp elmo-export` writes ours.
+"""
+import os
+import warnings
+from typing import Dict, Mapping, Optional
+
+import numpy
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats.base import BiLmWeights, ModelFiles, WeightFormat
+from elmo_plugin.weights.options import ElmoOptions
+
+with warnings.catch_warnings():
+    # Old h5py builds warn about numpy aliases on import; the warning is about h5py itself.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    import h5py
+
+OPTIONS_NAME = "options.json"
+WEIGHTS_NAME = "weights.hdf5"
+
+
+@WeightFormat.register("published")
+class PublishedFormat(WeightFormat):
+    """An options JSON file and an HDF5 weight file, given as two paths or URLs."""
+
+    expects = "an options JSON file and an HDF5 weight file, as two paths or URLs"
+
+    def recognizes(self, files: ModelFiles) -> bool:
+        return (
+            files.options_path is not None
+            and files.weight_path is not None
+            and not os.path.isdir(files.options_path)
+            and not os.path.isdir(files.weight_path)
+        )
+
+    def read(self, files: ModelFiles, options: Optional[ElmoOptions] = None) -> BiLmWeights:
+        if options is None:
+            if files.options_path is None:
+                raise ConfigurationError(f"The ELMo weight file {files.weight_file} needs its options file.")
+            options = ElmoOptions.from_local_file(files.options_path, str(files.options_file))
+        if files.weight_path is None:
+            raise ConfigurationError(f"The ELMo options {files.options_file} need a weight file.")
+        arrays = read_weight_file(files.weight_path, options, str(files.weight_file))
+        return BiLmWeights(options=options, arrays=arrays, source=files.describe())
+
+    def write(self, weights: BiLmWeights, directory: str) -> Dict[str, str]:
+        paths = {
+            "options": os.path.join(directory, OPTIONS_NAME),
+            "weights": os.path.join(directory, WEIGHTS_NAME),
+        }
+        write_weight_file(paths["weights"], weights.arrays, weights.options)
+        weights.options.to_file(paths["options"])
+        return paths
+
+
+def read_weight_file(path: str, options: ElmoOptions, source: str) -> Dict[str, numpy.ndarray]:
+    """
+    Reads and checks every dataset the layout expects for `options` from the local HDF5 file
+    `path`; errors name `source` (what the user gave), the dataset and the expected and actual
+    shapes.
+    """
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as error:
+        raise ConfigurationError(
+            f"ELMo weight file {source} is not a readable HDF5 file "
+            f"(truncated or of another format?): {error}"
+        ) from error
+    arrays: Dict[str, numpy.ndarray] = {}
+    with handle:
+        for name, expected_shape in layout.dataset_shapes(options).items():
+            if name not in handle or not isinstance(handle[name], h5py.Dataset):
+                raise ConfigurationError(
+                    f"ELMo weight file {source} has no dataset '{name}' "
+                    f"(expected shape {expected_shape} for these options)."
+                )
+            dataset = handle[name]
+            if tuple(dataset.shape) != expected_shape:
+                raise ConfigurationError(
+                    f"ELMo weight file {source}: dataset '{name}' has shape "
+                    f"{tuple(dataset.shape)}, but the options require {expected_shape}."
+                )
+            try:
+                if name in layout.STRING_DATASETS:
+                    arrays[name] = numpy.array(dataset.asstr()[...], dtype=object)
+                else:
+                    arrays[name] = numpy.asarray(dataset[...], dtype=numpy.float32)
+            except OSError as error:
+                raise ConfigurationError(
+                    f"ELMo weight file {source}: dataset '{name}' cannot be read "
+                    f"(truncated file?): {error}"
+                ) from error
+    return arrays
+
+
+def write_weight_file(path: str, arrays: Mapping[str, numpy.ndarray], options: ElmoOptions) -> None:
+    """
+    Writes `arrays` in the layout. The file appears under `path` only once it is complete
+    (written to a temporary file in the same directory, then renamed).
+    """
+    expected = layout.dataset_shapes(options)
+    if set(arrays) != set(expected):
+        missing, unexpected = set(expected) - set(arrays), set(arrays) - set(expected)
+        raise ValueError(f"Arrays do not match the layout: missing {missing}, extra {unexpected}")
+    with atomic_output_path(path, suffix=".hdf5.partial") as temporary_path:
+        with h5py.File(temporary_path, "w") as handle:
+            for name, shape in expected.items():
+                if name in layout.STRING_DATASETS:
+                    array = numpy.array(list(arrays[name]), dtype=h5py.string_dtype("utf-8"))
+                else:
+                    array = numpy.asarray(arrays[name], dtype=numpy.float32)
+                if array.shape != shape:
+                    raise ValueError(f"Array '{name}' has shape {array.shape}, expected {shape}")
+                handle.create_dataset(name, data=array)
