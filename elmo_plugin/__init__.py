@@ -19,12 +19,12 @@ from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommand
     ElmoTokenVectorsCommand,
 )
 from elmo_plugin.data import (  # noqa: E402
-    BiLmCorpusReader,
-    BiLmVocabulary,
     ElmoCharacterMapper,
     ElmoTokenCharactersIndexer,
     batch_to_ids,
 )
+from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader  # noqa: E402
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary  # noqa: E402
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoSettings, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.inference import ElmoEmbedder  # noqa: E402

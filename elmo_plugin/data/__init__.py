@@ -1,6 +1,6 @@
-# Re-exports: the public names of this subpackage.
+# Re-exports: the public names of this subpackage that inference uses. The biLM training data
+# (`bilm_corpus_reader`, `bilm_vocabulary`) is imported from its modules, so that importing
+# the character mapping does not import training code.
 # ruff: noqa: F401
-from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
-from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
 from elmo_plugin.data.token_indexer import ElmoTokenCharactersIndexer

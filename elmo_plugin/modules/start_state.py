@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 LstmState = Tuple[torch.Tensor, torch.Tensor]
 
-# The fixed point iteration's bounds: it converges in 10-30 steps on trained models.
+# The fixed point iteration's bounds; trained models converge well within them (BENCHMARKS.md).
 _FIXED_POINT_TOLERANCE = 1e-6
 _FIXED_POINT_MAX_ITERATIONS = 200
 

@@ -10,8 +10,8 @@ import os
 from urllib.parse import urlparse
 
 import requests
+from allennlp.common import file_utils
 from allennlp.common.checks import ConfigurationError
-from allennlp.common.file_utils import CACHE_DIRECTORY, cached_path
 from cached_path import find_latest_cached
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def resolve_elmo_file(path_or_url: str, description: str) -> str:
         try:
             requests.head(path_or_url, timeout=_PROBE_TIMEOUT, allow_redirects=True)
         except requests.RequestException as error:
-            cached = find_latest_cached(path_or_url, CACHE_DIRECTORY)
+            cached = find_latest_cached(path_or_url, file_utils.CACHE_DIRECTORY)
             if cached is not None:
                 logger.warning(
                     "Cannot reach %s (%s); using the cached copy %s", path_or_url, error, cached
@@ -49,4 +49,4 @@ def resolve_elmo_file(path_or_url: str, description: str) -> str:
             ) from error
     elif scheme in ("", "file") and not os.path.exists(path_or_url.replace("file://", "", 1)):
         raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
-    return str(cached_path(path_or_url))
+    return str(file_utils.cached_path(path_or_url))

@@ -126,3 +126,21 @@ class TestDeterministicMode(AllenNlpTestCase):
             bilm._elmo_lstm.forward_layer_0.state_linearity.bias.add_(0.5)
         after = bilm.start_state()
         assert not torch.allclose(before[0], after[0])
+
+
+def test_copies_and_pickles_compute_what_the_original_does():
+    import copy
+    import io
+
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False, precision="int8")
+    ids = batch_to_ids([["The", "bats", "hang"], ["x"]])
+    with torch.no_grad():
+        expected = bilm(ids)["activations"]
+    buffer = io.BytesIO()
+    torch.save(bilm, buffer)  # flair pickles whole embedders
+    buffer.seek(0)
+    for copied in (copy.deepcopy(bilm), torch.load(buffer, weights_only=False)):
+        assert copied.precision == "int8" and copied.kernels is copied.lstm.kernels
+        with torch.no_grad():
+            for ours, theirs in zip(copied(ids)["activations"], expected):
+                assert torch.equal(ours, theirs)

@@ -1,0 +1,77 @@
+"""Paths and URLs of ELMo files: local files, downloads into the cache, offline use of it."""
+import http.server
+import logging
+import threading
+from functools import partial
+
+import pytest
+from allennlp.common import file_utils
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.weights.files import resolve_elmo_file
+
+
+@pytest.fixture
+def cache_directory(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    monkeypatch.setattr(file_utils, "CACHE_DIRECTORY", str(directory))
+    return directory
+
+
+@pytest.fixture
+def server(tmp_path):
+    """An HTTP server on this machine serving tmp_path/served; stopped by `server.stop()`."""
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+
+    class Server:
+        root = served
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+
+        @staticmethod
+        def stop():
+            httpd.shutdown()
+            httpd.server_close()
+
+    yield Server
+    if thread.is_alive():
+        Server.stop()
+
+
+def test_a_local_file_is_its_own_path(tmp_path):
+    path = tmp_path / "options.json"
+    path.write_text("{}")
+    assert resolve_elmo_file(str(path), "ELMo options file") == str(path)
+    assert resolve_elmo_file(path, "ELMo options file") == str(path)  # a PathLike too
+
+
+def test_a_missing_local_file_is_named(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"The ELMo weight file .*absent.hdf5 does not exist"):
+        resolve_elmo_file(str(tmp_path / "absent.hdf5"), "ELMo weight file")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        resolve_elmo_file(f"file://{tmp_path}/absent.hdf5", "ELMo weight file")
+
+
+def test_a_url_is_downloaded_once_and_its_cached_copy_serves_offline(cache_directory, server, caplog):
+    (server.root / "options.json").write_text('{"lstm": {}}')
+    url = f"{server.url}/options.json"
+    downloaded = resolve_elmo_file(url, "ELMo options file")
+    assert downloaded.startswith(str(cache_directory))
+    assert open(downloaded).read() == '{"lstm": {}}'
+    server.stop()
+    with caplog.at_level(logging.WARNING):
+        offline = resolve_elmo_file(url, "ELMo options file")
+    assert offline == downloaded
+    assert "Cannot reach" in caplog.text and "using the cached copy" in caplog.text
+
+
+def test_an_unreachable_url_without_a_cached_copy_says_what_to_do(cache_directory, server):
+    url = f"{server.url}/never-downloaded.hdf5"
+    server.stop()
+    with pytest.raises(ConfigurationError, match="Cannot download the ELMo weight file .*pass its local path"):
+        resolve_elmo_file(url, "ELMo weight file")
