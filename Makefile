@@ -14,15 +14,16 @@ INSTALLED := $(VENV)/.installed
 
 install: $(INSTALLED)
 
-$(INSTALLED): requirements.txt setup.cfg pyproject.toml
+$(INSTALLED): requirements.txt setup.cfg setup.py pyproject.toml elmo_plugin.pth
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' requirements.txt | cut -d' ' -f1)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
 	@# A complete pinned set: --no-deps keeps allennlp's stale torch<1.13 pin out of the way.
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
-	@# Run elmo_plugin_warnings at interpreter start-up (see that module for why).
-	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], 'elmo_plugin_warnings.pth').write_text('import elmo_plugin_warnings\n')"
+	@# Run elmo_plugin_warnings and elmo_plugin_import_hook at interpreter start-up (see those
+	@# modules for why); the wheel carries the same file (setup.py).
+	$(BIN)/python -c "import pathlib, shutil, sysconfig; site = pathlib.Path(sysconfig.get_paths()['purelib']); (site / 'elmo_plugin_warnings.pth').unlink(missing_ok=True); shutil.copy('elmo_plugin.pth', site)"
 	@touch $@
 
 test: install

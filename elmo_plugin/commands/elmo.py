@@ -29,9 +29,10 @@ class ElmoCommand(Subcommand):
         description = (
             "Embed a file of whitespace-tokenized sentences (UTF-8, one per line) with a biLM "
             "and write one HDF5 dataset per line: all layers (3, n_tokens, D), the top layer or "
-            "the layer average (n_tokens, D). Sentences are batched by length and every sentence "
-            "starts from the same LSTM state, so results do not depend on the file order; "
-            "--stateful gives AllenNLP 0.9's carried-state, file-order results instead."
+            "the layer average (n_tokens, D). By default the results are AllenNLP 0.9's: batches "
+            "of consecutive lines, LSTM state carried from batch to batch. --deterministic gives "
+            "vectors that depend on each sentence alone (every sentence starts from the same "
+            "state; batched by length, faster)."
         )
         subparser = parser.add_parser(self.name, description=description, help="Embed a file with ELMo.")
         subparser.add_argument("input_file", type=str, help="the input text file")
@@ -54,8 +55,13 @@ class ElmoCommand(Subcommand):
                                help="do not write the sentence_to_index dataset")
         subparser.add_argument("--use-sentence-keys", action="store_true",
                                help="key datasets by sentence instead of line index")
-        subparser.add_argument("--stateful", action="store_true",
-                               help="carry LSTM state across batches in file order (0.9's results)")
+        state = subparser.add_mutually_exclusive_group()
+        state.add_argument("--deterministic", action="store_true",
+                           help="every sentence from the same LSTM state, batched by length: "
+                           "vectors that depend on the sentence alone")
+        state.add_argument("--stateful", action="store_true",
+                           help="carry LSTM state across batches in file order (the default, 0.9's "
+                           "results)")
         subparser.add_argument("--allow-empty-lines", action="store_true",
                                help="store blank lines as empty entries instead of refusing the file")
         subparser.add_argument("--resume", action="store_true",
@@ -75,7 +81,7 @@ def elmo_command(args: argparse.Namespace) -> None:
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
     output_format = "all" if args.all else "top" if args.top else "average"
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
-                            stateful=args.stateful, precision=args.precision)
+                            stateful=not args.deterministic, precision=args.precision)
     try:
         embedder.embed_file(
             args.input_file,

@@ -116,7 +116,7 @@ def main(argv: Sequence[str] = None) -> None:
     options_file = os.path.join(elmo_dir, "options.json")
     weight_file = os.path.join(elmo_dir, "weights.hdf5")
     vectors_file = os.path.join(output, "senses.hdf5")
-    allennlp(["elmo", str(corpus["senses"]), vectors_file, "--all",
+    allennlp(["elmo", str(corpus["senses"]), vectors_file, "--all", "--deterministic",
               "--options-file", options_file, "--weight-file", weight_file])
 
     banner("4. Do the layers tell the senses apart?")

@@ -58,8 +58,12 @@ class ElmoEmbedder:
         self.elmo_bilm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
-        self.device = torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}")
-        self.elmo_bilm.to(self.device)
+        self.elmo_bilm.to(torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}"))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the biLM is (client code such as flair moves `elmo_bilm` itself)."""
+        return next(self.elmo_bilm.parameters()).device
 
     @property
     def num_layers(self) -> int:

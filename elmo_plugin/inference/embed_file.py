@@ -5,7 +5,7 @@ Embedding a text file into HDF5 with the biLM: the engine of `allennlp elmo` and
 Output (AllenNLP 0.9's format): one float32 dataset per input line, keyed by the line's index
 (`"0"`, `"1"`, ...) or by the sentence (`use_sentence_keys`), of shape `(3, n_tokens, D)` for
 `all`, `(n_tokens, D)` for `top` and `average`; plus `sentence_to_index`, a JSON string
-`{sentence: "index"}`, unless `forget_sentences`.
+`{sentence: "index"}`, unless `forget_sentences` or `use_sentence_keys`.
 
 How the work is organised, and why:
 
@@ -241,9 +241,7 @@ def _validate_input(
         num_tokens += len(tokens)
         if not tokens:
             empty_lines.append(index)
-        if use_sentence_keys and ("/" in sentence or sentence in ("", ".") or (
-            sentence == SENTENCE_TO_INDEX and not forget_sentences
-        )):
+        if use_sentence_keys and ("/" in sentence or sentence in ("", ".")):
             bad_keys.append(index)
     if num_lines == 0:
         raise ConfigurationError(f"{input_path} is empty: there is nothing to embed")
@@ -255,8 +253,7 @@ def _validate_input(
     if bad_keys:
         raise ConfigurationError(
             f"{input_path}: with --use-sentence-keys, line {_format_lines(bad_keys)} cannot be an "
-            f"HDF5 dataset name (it contains '/', is '.' or empty, or is '{SENTENCE_TO_INDEX}'); "
-            f"use line-index keys instead"
+            f"HDF5 dataset name (it contains '/', or is '.' or empty); use line-index keys instead"
         )
     return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, sha256=digest.hexdigest())
 
@@ -391,16 +388,18 @@ def _merge(
                         _, raw_line = next(line_iterator)
                         sentence = _sentence_of(raw_line)
                         if use_sentence_keys:
-                            if sentence in sentence_to_index:
+                            # Sentence keys are the mapping already: 0.9 wrote none, and
+                            # clients list the file's keys as its sentences.
+                            if sentence in output:
                                 duplicates += 1
                                 continue
                             key = sentence
                         else:
                             key = str(index)
-                        if not forget_sentences or use_sentence_keys:
-                            sentence_to_index.setdefault(sentence, str(index))
+                            if not forget_sentences:
+                                sentence_to_index.setdefault(sentence, key)
                         chunk.copy(chunk[str(index)], output, name=key)
-            if not forget_sentences:
+            if not forget_sentences and not use_sentence_keys:
                 # 0.9's layout: a (1,) string dataset, read as json.loads(file[...][0]).
                 mapping = output.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
                 mapping[0] = json.dumps(sentence_to_index)

@@ -238,7 +238,7 @@ class ElmoBiLmModel(Model):
         backward_mask: torch.BoolTensor,
     ) -> Tuple[torch.Tensor, torch.Tensor, LstmState]:
         """Both LMs' top-layer outputs (after the output dropout) and the final LSTM state."""
-        layer_outputs, final_state = self._bilm.lstm(
+        layer_outputs, final_state = self._bilm.lstm.forward_with_state(
             forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
         )
         top_layer = self._output_dropout(layer_outputs[-1])

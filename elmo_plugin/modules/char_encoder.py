@@ -2,17 +2,19 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
 
 import numpy
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
-from elmo_plugin.weights.parameter_mapping import Arrays, parameter_array
+from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, parameter_array
 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 # Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
@@ -28,8 +30,12 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
 
     # Parameters
 
-    options : `ElmoOptions`
-        The biLM architecture.
+    options : `Union[ElmoOptions, str]`
+        The biLM architecture, or the path or URL of its options file (AllenNLP's
+        `_ElmoCharacterEncoder(options_file, weight_file)`).
+    weight_file : `str`, optional
+        Weights to load (the token layer's part of any weight format); `None` keeps the
+        initialisation.
     requires_grad : `bool`, optional (default = `False`)
         Whether the parameters are trained.
     kernels : `Kernels`, optional
@@ -37,9 +43,23 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
     """
 
     def __init__(
-        self, options: ElmoOptions, requires_grad: bool = False, kernels: Optional[Kernels] = None
+        self,
+        options: Union[ElmoOptions, str],
+        weight_file: Optional[str] = None,
+        requires_grad: bool = False,
+        kernels: Optional[Kernels] = None,
     ) -> None:
         super().__init__()
+        weights = None
+        if weight_file is not None:
+            weights = read_bilm_weights(options, weight_file)
+            options = weights.options
+        elif not isinstance(options, ElmoOptions):
+            options = ElmoOptions.from_file(options)
+        if options.word_inputs:
+            raise ConfigurationError(
+                "ElmoCharacterEncoder needs a character-input biLM; these options have no 'char_cnn'."
+            )
         self.options = options
         self.kernels = kernels or Kernels()
         self._activation = _ACTIVATIONS[options.activation]
@@ -58,6 +78,8 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         )
         self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
         self.reset_parameters()
+        if weights is not None:
+            copy_into_parameters(self, self.parameters_from_arrays(weights.arrays))
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
 

@@ -83,7 +83,9 @@ class ElmoBiLm(torch.nn.Module):
             )
             self._token_embedder = ElmoWordEncoder(words, options.projection_dim, requires_grad)
         else:
-            self._token_embedder = ElmoCharacterEncoder(options, requires_grad, kernels=self.kernels)
+            self._token_embedder = ElmoCharacterEncoder(
+                options, requires_grad=requires_grad, kernels=self.kernels
+            )
         self.options = options
         self._elmo_lstm = ElmoLstm(
             input_size=options.projection_dim,
@@ -215,7 +217,7 @@ class ElmoBiLm(torch.nn.Module):
         reference = next(self._token_embedder.parameters())
         empty_sentence = torch.zeros(1, 0, ElmoCharacterMapper.max_word_length, dtype=torch.long)
         encoded = self._token_embedder(empty_sentence.to(reference.device))
-        _, final_state = self._elmo_lstm(encoded["token_embedding"], encoded["mask"], state)
+        _, final_state = self._elmo_lstm.forward_with_state(encoded["token_embedding"], encoded["mask"], state)
         return final_state
 
     def _zero_start_state(self) -> LstmState:
@@ -267,7 +269,7 @@ class ElmoBiLm(torch.nn.Module):
         # (batch_size, timesteps + 2, projection_dim), (batch_size, timesteps + 2)
         token_representation, mask = self._embed_tokens(inputs, word_inputs)
         # (n_layers, batch_size, timesteps + 2, 2 * projection_dim)
-        lstm_outputs, _ = self._elmo_lstm(token_representation, mask)
+        lstm_outputs = self._elmo_lstm(token_representation, mask)
         activations = [
             torch.cat([token_representation, token_representation], dim=-1) * mask.unsqueeze(-1)
         ]

@@ -277,9 +277,9 @@ class ElmoLstm(torch.nn.Module):
     The directions never see each other's outputs; layer `l > 0` of a direction reads that
     direction's layer `l - 1` (plus a residual connection if `use_skip_connections`).
 
-    Called without an initial state, a batch starts from `batch_start_state` (carried from
-    the previous batch by default, as AllenNLP's `ElmoLstm`; `ElmoBiLm` sets its own policy);
-    with one, the state is the caller's business (the biLM model in training).
+    `forward` starts a batch from `batch_start_state` (carried from the previous batch by
+    default, as AllenNLP's `ElmoLstm`; `ElmoBiLm` sets its own policy); `forward_with_state`
+    starts from a state the caller keeps (the biLM model in training).
 
     # Parameters
 
@@ -378,25 +378,49 @@ class ElmoLstm(torch.nn.Module):
         for cell in self.forward_layers + self.backward_layers:
             cell.store_bias_as_in_file()
 
-    def forward(
-        self,
-        inputs: torch.Tensor,
-        mask: torch.BoolTensor,
-        initial_state: Optional[LstmState] = None,
-        backward_inputs: Optional[torch.Tensor] = None,
-        backward_mask: Optional[torch.BoolTensor] = None,
-    ) -> Tuple[torch.Tensor, LstmState]:
+    def forward(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         """
+        AllenNLP's `ElmoLstm.forward`: the batch starts from `batch_start_state`, which then
+        keeps its final state.
+
         # Parameters
 
         inputs : `torch.Tensor`
             `(batch_size, timesteps, input_size)`.
         mask : `torch.BoolTensor`
             `(batch_size, timesteps)`, a prefix of True per row.
-        initial_state : `LstmState`, optional
+
+        # Returns
+
+        Outputs `(num_layers, batch_size, timesteps, 2 * hidden_size)`, forward half first,
+        zero at padded positions.
+        """
+        initial_state = self.batch_start_state.for_batch(mask.size(0), inputs)
+        outputs, final_state = self.forward_with_state(inputs, mask, initial_state)
+        self.batch_start_state.after_batch(final_state)
+        return outputs
+
+    def forward_with_state(
+        self,
+        inputs: torch.Tensor,
+        mask: torch.BoolTensor,
+        initial_state: LstmState,
+        backward_inputs: Optional[torch.Tensor] = None,
+        backward_mask: Optional[torch.BoolTensor] = None,
+    ) -> Tuple[torch.Tensor, LstmState]:
+        """
+        The stack from a state the caller keeps (the biLM model in training, the fixed point
+        iteration); `batch_start_state` is not touched.
+
+        # Parameters
+
+        inputs : `torch.Tensor`
+            `(batch_size, timesteps, input_size)`.
+        mask : `torch.BoolTensor`
+            `(batch_size, timesteps)`, a prefix of True per row.
+        initial_state : `LstmState`
             `(h, c)` of shapes `(num_layers, batch_size, 2 * hidden_size)` and
             `(num_layers, batch_size, 2 * cell_size)`, forward half first (AllenNLP's layout).
-            Without it the batch starts from `batch_start_state`, which keeps the final state.
         backward_inputs : `torch.Tensor`, optional (default = `inputs`)
             What the backward cells read, of the shape of `inputs`. A biLM in training reads
             different positions (or different text) in each direction: the forward LM the
@@ -409,9 +433,6 @@ class ElmoLstm(torch.nn.Module):
         Outputs `(num_layers, batch_size, timesteps, 2 * hidden_size)` (forward half first, zero
         at padded positions) and the final state in the layout of `initial_state`.
         """
-        keeps_state = initial_state is None
-        if keeps_state:
-            initial_state = self.batch_start_state.for_batch(mask.size(0), inputs)
         if backward_inputs is None:
             backward_inputs, backward_mask = inputs, mask
         elif backward_mask is None:
@@ -442,8 +463,6 @@ class ElmoLstm(torch.nn.Module):
             torch.stack([torch.cat(pair, -1) for pair in zip(forward_part, backward_part)])
             for forward_part, backward_part in zip(forward, backward)
         )
-        if keeps_state:
-            self.batch_start_state.after_batch((final_states, final_memories))
         return outputs, (final_states, final_memories)
 
     def _run_direction(

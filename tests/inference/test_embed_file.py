@@ -100,13 +100,25 @@ class TestEmbedFile(EmbedFileTestCase):
         numpy.testing.assert_allclose(content["2"], self.embedder.embed_sentence(["three"]), atol=1e-6)
 
     def test_sentence_keys_with_duplicates(self):
-        content = read_hdf5(self.embed(self.write_input(SENTENCES), use_sentence_keys=True))
-        assert set(content) == set(SENTENCES) | {"sentence_to_index"}
-        mapping = json.loads(content["sentence_to_index"][0])
-        assert mapping["The bats hang upside down ."] == "0"  # the first of the two
+        # As 0.9: the keys are the sentences, no `sentence_to_index` beside them.
+        lines = SENTENCES + ["sentence_to_index"]
+        content = read_hdf5(self.embed(self.write_input(lines), use_sentence_keys=True))
+        assert set(content) == set(lines)
         numpy.testing.assert_allclose(
             content["x"], self.embedder.embed_sentence(["x"]), rtol=0, atol=1e-6
         )
+        assert content["sentence_to_index"].shape == (3, 1, 32)  # a sentence like any other
+
+    def test_sentence_keys_in_stateful_mode_keep_the_first_of_repeated_sentences(self):
+        embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True)
+        content = read_hdf5(self.embed(self.write_input(SENTENCES), embedder=embedder,
+                                       batch_size=3, use_sentence_keys=True, forget_sentences=True))
+        by_index = read_hdf5(self.embed(self.write_input(SENTENCES), "indices.hdf5",
+                                        embedder=ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True),
+                                        batch_size=3))
+        assert set(content) == set(SENTENCES)
+        numpy.testing.assert_array_equal(content["The bats hang upside down ."], by_index["0"])
+        assert not numpy.array_equal(by_index["0"], by_index["6"])  # carried state differs
 
     def test_sentence_keys_refuse_slashes(self):
         path = self.write_input(["fine", "and/or not", "also fine", "."])
@@ -239,9 +251,12 @@ class TestElmoCommandLine(EmbedFileTestCase):
         assert completed.returncode == 0, completed.stderr[-5000:]
         content = read_hdf5(output)
         assert content["0"].shape == (6, 32)
-        numpy.testing.assert_allclose(
-            content["1"], self.embedder.embed_sentence(SENTENCES[1].split())[-1], rtol=0, atol=1e-6
-        )
+        # By default 0.9's results: batches of consecutive lines with carried state.
+        stateful = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True)
+        first_batch = stateful.embed_batch([s.split() for s in SENTENCES[:2]])
+        third = stateful.embed_batch([SENTENCES[2].split()])[0]
+        numpy.testing.assert_allclose(content["1"], first_batch[1][-1], rtol=0, atol=1e-6)
+        numpy.testing.assert_allclose(content["2"], third[-1], rtol=0, atol=1e-6)
 
     def test_python_m_elmo_plugin_finds_the_command_anywhere(self):
         # allennlp itself only sees plugin subcommands through a .allennlp_plugins file.

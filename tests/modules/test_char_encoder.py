@@ -10,7 +10,7 @@ SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog"], ["a", "c
 
 def _encoder(requires_grad: bool = False) -> ElmoCharacterEncoder:
     torch.manual_seed(0)
-    return ElmoCharacterEncoder(ElmoOptions.from_file(ELMO_OPTIONS_FILE), requires_grad).double()
+    return ElmoCharacterEncoder(ElmoOptions.from_file(ELMO_OPTIONS_FILE), requires_grad=requires_grad).double()
 
 
 def test_each_distinct_token_goes_through_the_cnn_once_and_every_copy_gets_its_vector():
@@ -36,3 +36,42 @@ def test_gradients_of_repeated_tokens_are_summed_as_if_each_copy_were_embedded()
     for deduplicated, every_row in zip(*gradients):
         assert torch.allclose(deduplicated, every_row, atol=1e-10, rtol=0)
     assert any(gradient.abs().sum() > 0 for gradient in gradients[0])
+
+
+def test_allennlps_signature_reproduces_the_tensorflow_token_embeddings():
+    # AllenNLP's `_ElmoCharacterEncoder(options_file, weight_file)`, against bilm-tf's
+    # `dump_token_embeddings` output for the fixture vocabulary.
+    import h5py
+    import numpy
+    from allennlp.nn.util import remove_sentence_boundaries
+
+    from tests.helpers import ELMO_FIXTURES, ELMO_WEIGHT_FILE
+
+    words = (ELMO_FIXTURES / "vocab_test.txt").read_text().strip().split("\n")
+    encoder = ElmoCharacterEncoder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    sentences = [words[start : start + 50] for start in range(0, len(words), 50)]
+    output = encoder(batch_to_ids(sentences))
+    vectors, mask = remove_sentence_boundaries(output["token_embedding"], output["mask"])
+    actual = vectors[mask].detach().numpy()
+    with h5py.File(ELMO_FIXTURES / "elmo_token_embeddings.hdf5", "r") as handle:
+        expected = handle["embedding"][...]
+    assert actual.shape == expected.shape
+    assert numpy.allclose(actual, expected, atol=1e-6)
+
+
+def test_the_added_sentence_boundaries_are_the_boundary_tokens():
+    from tests.helpers import ELMO_WEIGHT_FILE
+
+    encoder = ElmoCharacterEncoder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    for position, token in ((0, "<S>"), (2, "</S>")):
+        embedded = encoder(batch_to_ids([[token]]))["token_embedding"][0]
+        torch.testing.assert_close(embedded[position], embedded[1], rtol=0, atol=1e-6)
+
+
+def test_a_word_input_biLM_is_refused_by_name():
+    import pytest
+    from allennlp.common.checks import ConfigurationError
+
+    options = ElmoOptions.from_dict({"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1}})
+    with pytest.raises(ConfigurationError, match="needs a character-input biLM"):
+        ElmoCharacterEncoder(options)

@@ -138,6 +138,15 @@ class TestElmo(AllenNlpTestCase):
         fallback = cached(batch_to_ids(batch), out_of_range)["elmo_representations"][0]
         torch.testing.assert_close(fallback, expected, rtol=0, atol=1e-6)
 
+    def test_resetting_through_allennlps_attribute_path(self):
+        # AllenNLP 2.x code resets the carried state as `elmo._elmo_lstm._elmo_lstm.reset_states()`.
+        elmo = Elmo(self.options_file, self.weight_file, 1, dropout=0.0)
+        ids = batch_to_ids([["a", "b", "c"], ["d"]])
+        first = elmo(ids)["elmo_representations"][0]
+        assert not torch.allclose(elmo(ids)["elmo_representations"][0], first)
+        elmo._elmo_lstm._elmo_lstm.reset_states()
+        assert torch.equal(elmo(ids)["elmo_representations"][0], first)
+
     def test_module_argument(self):
         elmo = Elmo(self.options_file, self.weight_file, 1)
         shared = Elmo(None, None, 1, module=elmo._elmo_lstm)

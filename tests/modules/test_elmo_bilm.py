@@ -114,7 +114,7 @@ class TestDeterministicMode(AllenNlpTestCase):
     def test_start_state_is_the_between_sentence_fixed_point(self):
         start = self.bilm.start_state()
         empty = self.bilm._token_embedder(batch_to_ids([[]]))
-        _, after_empty_sentence = self.bilm._elmo_lstm(empty["token_embedding"], empty["mask"], start)
+        _, after_empty_sentence = self.bilm._elmo_lstm.forward_with_state(empty["token_embedding"], empty["mask"], start)
         for before, after in zip(start, after_empty_sentence):
             assert (before - after).abs().max() < 1e-5
             assert before.abs().max() > 0.01  # a warm state, not zeros

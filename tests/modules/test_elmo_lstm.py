@@ -55,9 +55,9 @@ def test_the_backward_cells_can_read_other_inputs():
     mask = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])
     backward_mask = torch.tensor([[True] * 3 + [False] * 3, [True] * 6])
     state = lstm.zero_state(2, forward_text)
-    mixed, (mixed_h, _) = lstm(forward_text, mask, state, backward_text, backward_mask)
-    forward_only, (forward_h, _) = lstm(forward_text, mask, state)
-    backward_only, (backward_h, _) = lstm(backward_text, backward_mask, state)
+    mixed, (mixed_h, _) = lstm.forward_with_state(forward_text, mask, state, backward_text, backward_mask)
+    forward_only, (forward_h, _) = lstm.forward_with_state(forward_text, mask, state)
+    backward_only, (backward_h, _) = lstm.forward_with_state(backward_text, backward_mask, state)
     assert torch.equal(mixed[..., :3], forward_only[..., :3])
     assert torch.equal(mixed[..., 3:], backward_only[..., 3:])
     assert torch.equal(mixed_h[..., :3], forward_h[..., :3])
@@ -115,13 +115,13 @@ def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkey
         lambda *arguments: calls.append(1) or run_side_by_side(*arguments),
     )
     with torch.no_grad():
-        parallel_outputs, (parallel_h, parallel_c) = lstm(inputs, mask, state)
+        parallel_outputs, (parallel_h, parallel_c) = lstm.forward_with_state(inputs, mask, state)
     with torch.inference_mode():
-        inference_outputs, _ = lstm(inputs, mask, state)
+        inference_outputs, _ = lstm.forward_with_state(inputs, mask, state)
     assert calls == [1, 1] and torch.get_num_threads() == 2
     lstm.parallel_directions = False
     with torch.no_grad():
-        serial_outputs, (serial_h, serial_c) = lstm(inputs, mask, state)
+        serial_outputs, (serial_h, serial_c) = lstm.forward_with_state(inputs, mask, state)
     assert calls == [1, 1]
     for parallel, serial in (
         (parallel_outputs, serial_outputs),
@@ -159,14 +159,14 @@ def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_rest
 
     monkeypatch.setattr(lstm.backward_layers[1], "forward", fail)
     with torch.no_grad(), pytest.raises(RuntimeError, match="backward cell failed"):
-        lstm(inputs, mask, state)
+        lstm.forward_with_state(inputs, mask, state)
     assert torch.get_num_threads() == 2
 
 
 def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread(two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs()
     with torch.no_grad():
-        expected, _ = lstm(inputs, mask, state)  # the parent's worker thread now exists
+        expected, _ = lstm.forward_with_state(inputs, mask, state)  # the parent's worker thread now exists
     with multiprocessing.get_context("fork").Pool(1) as pool:
         # The child computes in a fresh worker thread; a hang here would time out.
         computed = pool.apply_async(_outputs_in_child, (lstm, inputs, mask, state)).get(60)
@@ -176,4 +176,19 @@ def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread(two_th
 def _outputs_in_child(lstm, inputs, mask, state):
     torch.set_num_threads(2)
     with torch.no_grad():
-        return lstm(inputs, mask, state)[0]
+        return lstm.forward_with_state(inputs, mask, state)[0]
+
+
+def test_allennlps_forward_masks_padding_and_keeps_the_state():
+    # AllenNLP's `ElmoLstm(...)(inputs, mask)`: outputs only, zero past each row's end, and
+    # the carried state of shapes (num_layers, batch, 2 * hidden) and (.., 2 * cell).
+    torch.manual_seed(0)
+    inputs = torch.rand(4, 5, 3)
+    mask = torch.tensor([[True] * 5, [True] * 4 + [False], [True] * 2 + [False] * 3, [True] + [False] * 4])
+    inputs[~mask] = 0.0
+    lstm = ElmoLstm(num_layers=2, input_size=3, hidden_size=5, cell_size=7,
+                    memory_cell_clip_value=2, state_projection_clip_value=1)
+    outputs = lstm(inputs, mask)
+    assert outputs.shape == (2, 4, 5, 10)
+    assert (outputs[:, ~mask] == 0).all() and (outputs[:, mask] != 0).any()
+    assert [list(part.shape) for part in lstm._states] == [[2, 4, 10], [2, 4, 14]]

@@ -16,20 +16,20 @@ def lstm_and_batch():
 
 def test_without_a_state_the_stack_carries_its_own_as_allennlps_does():
     lstm, inputs, mask = lstm_and_batch()
-    first, _ = lstm(inputs, mask)
-    second, _ = lstm(inputs, mask)
+    first = lstm(inputs, mask)
+    second = lstm(inputs, mask)
     assert not torch.allclose(first, second)  # started from the first batch's final state
     lstm.reset_states()
-    assert torch.equal(lstm(inputs, mask)[0], first)
+    assert torch.equal(lstm(inputs, mask), first)
     zero = lstm.zero_state(3, inputs)
-    assert torch.equal(lstm(inputs, mask, zero)[0], first)  # an explicit state: the caller's
+    assert torch.equal(lstm.forward_with_state(inputs, mask, zero)[0], first)
 
 
 def test_an_explicit_state_does_not_touch_the_carried_one():
     lstm, inputs, mask = lstm_and_batch()
     lstm(inputs, mask)
     carried = lstm.batch_start_state.get()
-    lstm(inputs, mask, lstm.zero_state(3, inputs))
+    lstm.forward_with_state(inputs, mask, lstm.zero_state(3, inputs))
     assert all(torch.equal(a, b) for a, b in zip(lstm.batch_start_state.get(), carried))
 
 
@@ -37,11 +37,11 @@ def test_the_carried_state_can_be_saved_and_restored():
     lstm, inputs, mask = lstm_and_batch()
     lstm(inputs, mask)
     saved = tuple(part.clone() for part in lstm._states)  # AllenNLP 0.9's attribute
-    expected, _ = lstm(inputs, mask)
+    expected = lstm(inputs, mask)
     lstm._states = None
     assert lstm.batch_start_state.get() is None
     lstm.batch_start_state.set(saved)
-    assert torch.equal(lstm(inputs, mask)[0], expected)
+    assert torch.equal(lstm(inputs, mask), expected)
 
 
 def test_rows_beyond_a_smaller_batch_keep_their_state():
@@ -55,9 +55,9 @@ def test_rows_beyond_a_smaller_batch_keep_their_state():
 def test_not_stateful_without_a_fixed_point_is_a_zero_start():
     lstm, inputs, mask = lstm_and_batch()
     lstm.batch_start_state.stateful = False
-    first, _ = lstm(inputs, mask)
-    assert torch.equal(lstm(inputs, mask)[0], first)
-    assert torch.equal(first, lstm(inputs, mask, lstm.zero_state(3, inputs))[0])
+    first = lstm(inputs, mask)
+    assert torch.equal(lstm(inputs, mask), first)
+    assert torch.equal(first, lstm.forward_with_state(inputs, mask, lstm.zero_state(3, inputs))[0])
 
 
 def test_the_bilm_switches_between_carried_and_fixed_point_states():

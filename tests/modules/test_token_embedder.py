@@ -60,3 +60,21 @@ class TestElmoTokenEmbedder(AllenNlpTestCase):
         unknown_inputs, _ = tensors_for([["zebra"]], indexer, vocab)
         assert unknown_inputs["word_inputs"].tolist() == [[1]]
         assert cached(**unknown_inputs).shape == (1, 1, 32)
+
+
+    def test_requires_grad_decides_whether_the_bilm_gets_gradients(self):
+        char_ids = torch.randint(0, 262, (3, 4, 50), generator=torch.Generator().manual_seed(0))
+        for requires_grad in (True, False):
+            embedder = ElmoTokenEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, requires_grad=requires_grad)
+            embedder(char_ids).sum().backward()
+            gradients = [p.grad for name, p in embedder.named_parameters() if "_elmo_lstm" in name]
+            assert gradients and all((g is not None) == requires_grad for g in gradients)
+
+    def test_projection_and_more_leading_dimensions(self):
+        embedder = TokenEmbedder.from_params(Params({
+            "type": "elmo_token_embedder", "options_file": ELMO_OPTIONS_FILE,
+            "weight_file": ELMO_WEIGHT_FILE, "projection_dim": 20}))
+        assert embedder.get_output_dim() == 20
+        word = [7, 6, 5, 4] + [0] * 46
+        assert embedder(torch.tensor([[word, word]])).shape == (1, 2, 20)
+        assert embedder(torch.tensor([[[word]]])).shape == (1, 1, 1, 20)
