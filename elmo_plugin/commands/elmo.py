@@ -10,12 +10,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
 from overrides import overrides
 
-from elmo_plugin.inference.elmo_embedder import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_OPTIONS_FILE,
-    DEFAULT_WEIGHT_FILE,
-    ElmoEmbedder,
-)
+from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, ElmoEmbedder
 from elmo_plugin.inference.embed_file import DEFAULT_CHUNK_SIZE
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
@@ -41,10 +36,12 @@ class ElmoCommand(Subcommand):
         layers.add_argument("--all", action="store_true", help="write all three layers")
         layers.add_argument("--top", action="store_true", help="write the top layer")
         layers.add_argument("--average", action="store_true", help="write the average of the layers")
-        subparser.add_argument("--options-file", type=str, default=DEFAULT_OPTIONS_FILE,
-                               help="biLM options JSON (path or URL; default: the original ELMo)")
-        subparser.add_argument("--weight-file", type=str, default=DEFAULT_WEIGHT_FILE,
-                               help="biLM weights HDF5 (path or URL; default: the original ELMo)")
+        subparser.add_argument("--options-file", type=str, default=None,
+                               help="biLM options JSON (path or URL); without either file: the "
+                               "original ELMo")
+        subparser.add_argument("--weight-file", type=str, default=None,
+                               help="biLM weights (path or URL), or a model directory or archive "
+                               "(an NLPL zip, an ELMoForManyLangs model) that holds the options too")
         subparser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                                help="sentences per batch")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")

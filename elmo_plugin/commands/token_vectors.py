@@ -9,7 +9,6 @@ import argparse
 from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
-from elmo_plugin.inference.elmo_embedder import DEFAULT_OPTIONS_FILE, DEFAULT_WEIGHT_FILE
 from elmo_plugin.inference.token_vector_file import write_token_vectors
 
 
@@ -26,8 +25,10 @@ class ElmoTokenVectorsCommand(Subcommand):
         )
         subparser.add_argument("vocabulary_file", type=str, help="one word per line")
         subparser.add_argument("output_prefix", type=str, help="writes PREFIX.hdf5, PREFIX.txt")
-        subparser.add_argument("--options-file", type=str, default=DEFAULT_OPTIONS_FILE)
-        subparser.add_argument("--weight-file", type=str, default=DEFAULT_WEIGHT_FILE)
+        subparser.add_argument("--options-file", type=str, default=None,
+                               help="biLM options (without either file: the original ELMo)")
+        subparser.add_argument("--weight-file", type=str, default=None,
+                               help="biLM weights, or a model directory or archive")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument("--overwrite", action="store_true", help="replace existing files")
         subparser.set_defaults(func=_token_vectors_command)

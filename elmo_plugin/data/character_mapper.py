@@ -87,3 +87,44 @@ def batch_to_ids(batch: List[List[str]]) -> torch.Tensor:
                 [mapper.convert_word_to_char_ids(token) for token in sentence], dtype=torch.long
             )
     return character_ids
+
+
+def whole_token_ids(batch: List[List[str]]) -> torch.Tensor:
+    """
+    ELMo's character ids without the cut at 48 bytes, for token layers that read the text back
+    (`tokens_of_ids`): rows as wide as the batch's longest token needs (at least 50), and `<S>`
+    or `</S>` in the text as ordinary characters rather than the sentence boundaries.
+    """
+    encoded = [[token.encode("utf-8", "ignore") for token in sentence] for sentence in batch]
+    width = max([MAX_CHARACTERS_PER_TOKEN] + [len(token) + 2 for sentence in encoded for token in sentence])
+    length = max((len(sentence) for sentence in batch), default=0)
+    character_ids = torch.zeros(len(batch), length, width, dtype=torch.long)
+    for row, sentence in enumerate(encoded):
+        for position, token in enumerate(sentence):
+            ids = [BEGINNING_OF_WORD_CHARACTER, *token, END_OF_WORD_CHARACTER]
+            ids += [PADDING_CHARACTER] * (width - len(ids))
+            character_ids[row, position] = torch.tensor(ids) + 1
+    return character_ids
+
+
+def tokens_of_ids(character_ids: torch.Tensor) -> List[Optional[str]]:
+    """
+    The inverse of the mapping for rows of character ids `(num_tokens, width)`, any width: the
+    token's text (its UTF-8 bytes between the word markers; a token cut at 48 bytes inside a
+    character loses that character), `<S>` and `</S>` for the sentence boundaries, `None` for
+    padded positions (all zeros). A character id that is no byte (`tokens_to_add`) reads as
+    U+FFFD.
+    """
+    tokens: List[Optional[str]] = []
+    for row in (character_ids.to(device="cpu", dtype=torch.long) - 1).tolist():
+        if row[0] == -1:
+            tokens.append(None)
+        elif row[1] in (BEGINNING_OF_SENTENCE_CHARACTER, END_OF_SENTENCE_CHARACTER) and row[2] == END_OF_WORD_CHARACTER:
+            tokens.append(BOS_TOKEN if row[1] == BEGINNING_OF_SENTENCE_CHARACTER else EOS_TOKEN)
+        else:
+            end = row.index(END_OF_WORD_CHARACTER, 1) if END_OF_WORD_CHARACTER in row[1:] else len(row)
+            text = bytearray()
+            for character in row[1:end]:
+                text += bytes([character]) if character < 256 else "\ufffd".encode("utf-8")
+            tokens.append(text.decode("utf-8", "ignore"))
+    return tokens

@@ -10,7 +10,6 @@ import torch
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmo_plugin.data.character_mapper import batch_to_ids
 from elmo_plugin.inference.embed_file import embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.settings import ElmoSettings
@@ -19,8 +18,6 @@ from elmo_plugin.weights import pretrained
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_OPTIONS_FILE = pretrained.DEFAULT.options_file
-DEFAULT_WEIGHT_FILE = pretrained.DEFAULT.weight_file
 DEFAULT_BATCH_SIZE = 64
 
 
@@ -32,10 +29,10 @@ class ElmoEmbedder:
     # Parameters
 
     options_file : `str`, optional
-        Path or URL of the biLM options; defaults to the published original ELMo.
+        Path or URL of the biLM options, or of a model directory or archive.
     weight_file : `str`, optional
-        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`);
-        defaults to the published original ELMo.
+        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`), or of a
+        model directory or archive. With neither file given: the published original ELMo.
     cuda_device : `int`, optional (default = `-1`)
         GPU to run on; -1 for the CPU.
     stateful : `bool`, optional (default = `False`)
@@ -48,13 +45,14 @@ class ElmoEmbedder:
 
     def __init__(
         self,
-        options_file: str = DEFAULT_OPTIONS_FILE,
-        weight_file: str = DEFAULT_WEIGHT_FILE,
+        options_file: Optional[str] = None,
+        weight_file: Optional[str] = None,
         cuda_device: int = -1,
         stateful: bool = False,
         precision: str = ElmoSettings.precision,
     ) -> None:
         settings = ElmoSettings(stateful=stateful, precision=precision)
+        options_file, weight_file = pretrained.files_or_default(options_file, weight_file)
         self.elmo_bilm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
@@ -93,7 +91,7 @@ class ElmoEmbedder:
         `activations` of shape `(batch_size, num_layers, timesteps, output_dim)` and the
         `(batch_size, timesteps)` mask, without `<S>` and `</S>`.
         """
-        output = self.elmo_bilm(batch_to_ids(batch).to(self.device))
+        output = self.elmo_bilm(self.elmo_bilm.character_ids(batch).to(self.device))
         layers = [
             remove_sentence_boundaries(layer, output["mask"]) for layer in output["activations"]
         ]

@@ -8,7 +8,7 @@ Each vector is layer 0 of the biLM for that word (its first half: layer 0 is the
 """
 import logging
 import os
-from typing import Dict
+from typing import Dict, Optional
 
 import h5py
 import numpy
@@ -17,6 +17,7 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin.common.atomic_file import atomic_output_path
 from elmo_plugin.data.vocab_file import read_bilm_vocab_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.weights import pretrained
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +27,8 @@ HDF5_DATASET = "embedding"
 def write_token_vectors(
     vocabulary_file: str,
     output_prefix: str,
-    options_file: str,
-    weight_file: str,
+    options_file: Optional[str],
+    weight_file: Optional[str],
     cuda_device: int = -1,
     overwrite: bool = False,
 ) -> Dict[str, str]:
@@ -42,7 +43,7 @@ def write_token_vectors(
     words = read_bilm_vocab_file(vocabulary_file, require_special_tokens=False)
     if not words:
         raise ConfigurationError(f"elmo-token-vectors: {vocabulary_file} holds no words.")
-    bilm = ElmoBiLm(options_file, weight_file)
+    bilm = ElmoBiLm(*pretrained.files_or_default(options_file, weight_file))
     if cuda_device >= 0:
         bilm = bilm.cuda(cuda_device)
     bilm.eval()

@@ -58,8 +58,10 @@ class ElmoBiLmModel(Model):
     options_file : `str`, optional
         An ELMo options JSON (path or URL), e.g. of a published model to fine-tune.
     weight_file : `str`, optional
-        Published-layout weights to start from (fine-tuning). The softmax, which published
-        files do not hold, always starts fresh for this vocabulary.
+        Weights to start from (fine-tuning), in any format of `elmo_plugin.weights.formats`: a
+        published options/weight pair, a model directory or archive (then without `options`
+        or `options_file`; an ELMoForManyLangs model, say). The softmax, which those files do
+        not hold, always starts fresh for this vocabulary.
     dropout : `float`, optional (default = `0.1`)
         bilm-tf's dropout: on every LSTM layer's input and on the top layer's output.
     num_samples : `int`, optional (default = `8192`)
@@ -85,16 +87,15 @@ class ElmoBiLmModel(Model):
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
-        if (options is None) == (options_file is None):
+        if options is not None and options_file is not None:
+            raise ConfigurationError("elmo_bilm: give 'options' or 'options_file', not both.")
+        if options is None and options_file is None and weight_file is None:
             raise ConfigurationError(
-                "elmo_bilm: give exactly one of 'options' (an architecture in the options-JSON "
-                "format) and 'options_file'."
+                "elmo_bilm: give 'options' (an architecture in the options-JSON format), "
+                "'options_file', or a 'weight_file' that holds a whole model."
             )
-        elmo_options = (
-            ElmoOptions.from_dict(options, source="the 'options' of the elmo_bilm model")
-            if options is not None
-            else ElmoOptions.from_file(options_file)  # type: ignore
-        )
+        if options is not None:
+            options_file = ElmoOptions.from_dict(options, source="the 'options' of the elmo_bilm model")
         self._check_vocabulary(vocab)
         num_words = vocab.get_vocab_size(LM_NAMESPACE)
         if not 0 < num_samples < num_words:
@@ -105,14 +106,15 @@ class ElmoBiLmModel(Model):
         self.num_samples = num_samples
         self.dropout = dropout
         self._bilm = ElmoBiLm(
-            elmo_options,
+            options_file,
             weight_file,
             requires_grad=True,
             stateful=False,
             bias_as_in_file=True,
             lstm_input_dropout=dropout,
-            vocabulary=BiLmVocabulary.words(vocab) if elmo_options.word_inputs else None,
+            vocabulary=BiLmVocabulary.words(vocab),
         )
+        elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)
         self._softmax_loss = SampledSoftmaxLoss(
             num_words=num_words,

@@ -19,7 +19,7 @@ from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 # Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
 # per token for the published models' widest filters) would otherwise dominate peak memory.
-_TOKENS_PER_CNN_CHUNK = 512
+TOKENS_PER_CNN_CHUNK = 512
 
 
 class ElmoCharacterEncoder(ElmoTokenEncoder):
@@ -76,7 +76,7 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         self._highways = Highway(
             options.n_filters, options.n_highway, activation=torch.nn.functional.relu
         )
-        self._projection = torch.nn.Linear(options.n_filters, options.projection_dim)
+        self._projection = torch.nn.Linear(options.token_features, options.projection_dim)
         self.reset_parameters()
         if weights is not None:
             copy_into_parameters(self, self.parameters_from_arrays(weights.arrays))
@@ -124,14 +124,20 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         return self._embed_distinct_tokens(distinct_ids).index_select(0, copies)
 
     def _embed_distinct_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
-        if character_ids.size(0) > _TOKENS_PER_CNN_CHUNK:
+        if character_ids.size(0) > TOKENS_PER_CNN_CHUNK:
             return torch.cat(
                 [
                     self._embed_distinct_tokens(chunk)
-                    for chunk in character_ids.split(_TOKENS_PER_CNN_CHUNK)
+                    for chunk in character_ids.split(TOKENS_PER_CNN_CHUNK)
                 ]
             )
-        # (tokens, 50, char_dim)
+        # (tokens, projection_dim)
+        return self._project(self._character_features(character_ids))
+
+    def _character_features(self, character_ids: torch.Tensor) -> torch.Tensor:
+        """`(tokens, characters)` ids into the character table -> `(tokens, n_filters)`: the
+        CNN's max-pooled filters through the highway layers."""
+        # (tokens, characters, char_dim)
         characters = torch.nn.functional.embedding(character_ids, self._char_embedding_weights)
         # (tokens, n_filters): per filter width, the activation of the max over positions
         pooled = torch.cat(
@@ -141,7 +147,7 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
             ],
             dim=-1,
         )
-        return self._highways_and_projection(pooled)
+        return self._apply_highways(pooled)
 
     def _convolve_and_max_pool(
         self, characters: torch.Tensor, convolution: torch.nn.Conv1d
@@ -163,15 +169,18 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         products = product(windows.reshape(num_tokens, windows.size(1), char_dim * width))
         return torch.max(products, dim=1)[0]
 
-    def _highways_and_projection(self, pooled: torch.Tensor) -> torch.Tensor:
+    def _apply_highways(self, pooled: torch.Tensor) -> torch.Tensor:
         # AllenNLP's Highway: y = g * x + (1 - g) * relu(A x), with g = sigmoid(B x).
         current = pooled
         for layer in self._highways._layers:
             nonlinear_part, gate = self.kernels.product(Role.HIGHWAY, layer)(current).chunk(2, dim=-1)
             gate = torch.sigmoid(gate)
             current = gate * current + (1 - gate) * torch.nn.functional.relu(nonlinear_part)
-        # (tokens, projection_dim)
-        return self.kernels.product(Role.CHAR_PROJECTION, self._projection)(current)
+        return current
+
+    def _project(self, features: torch.Tensor) -> torch.Tensor:
+        """`(tokens, token_features)` -> `(tokens, projection_dim)`, the LSTM's input."""
+        return self.kernels.product(Role.CHAR_PROJECTION, self._projection)(features)
 
     def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
         """
@@ -185,18 +194,19 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         )
         char_table[1:] = arrays[layout.CHAR_EMBEDDING]
         values = {"_char_embedding_weights": char_table}
-        for i in range(len(options.filters)):
-            kernel = arrays[layout.cnn_weight(i)].squeeze(axis=0)  # (width, char_dim, num)
-            values[f"char_conv_{i}.weight"] = numpy.transpose(kernel, (2, 1, 0))
+        values.update(self._cnn_parameters_from_arrays(arrays))
+        return values
+
+    def _cnn_parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
+        """The filters, highway layers and projection (what every char CNN encoder has)."""
+        values = {}
+        for i in range(len(self.options.filters)):
+            values[f"char_conv_{i}.weight"] = layout.conv_weight(arrays[layout.cnn_weight(i)])
             values[f"char_conv_{i}.bias"] = arrays[layout.cnn_bias(i)]
-        for k in range(options.n_highway):
-            part = lambda name: arrays[layout.highway_dataset(k, name)]  # noqa: E731
-            values[f"_highways._layers.{k}.weight"] = numpy.concatenate(
-                [part("W_transform").T, -part("W_carry").T], axis=0
-            )
-            values[f"_highways._layers.{k}.bias"] = numpy.concatenate(
-                [part("b_transform"), -part("b_carry")], axis=0
-            )
+        for k in range(self.options.n_highway):
+            weight, bias = layout.highway_parameters(arrays, k)
+            values[f"_highways._layers.{k}.weight"] = weight
+            values[f"_highways._layers.{k}.bias"] = bias
         values["_projection.weight"] = arrays[layout.PROJECTION_WEIGHT].T
         values["_projection.bias"] = arrays[layout.PROJECTION_BIAS]
         return values
@@ -204,17 +214,18 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
     def arrays_from_parameters(self) -> Arrays:
         """The layout's character datasets (inverse of `parameters_from_arrays`)."""
         arrays = {layout.CHAR_EMBEDDING: parameter_array(self._char_embedding_weights)[1:]}
+        arrays.update(self._cnn_arrays_from_parameters())
+        return arrays
+
+    def _cnn_arrays_from_parameters(self) -> Arrays:
+        arrays = {}
         for i, convolution in enumerate(self._convolutions):
-            kernel = numpy.transpose(parameter_array(convolution.weight), (2, 1, 0))
-            arrays[layout.cnn_weight(i)] = kernel[numpy.newaxis]
+            arrays[layout.cnn_weight(i)] = layout.cnn_kernel(parameter_array(convolution.weight))
             arrays[layout.cnn_bias(i)] = parameter_array(convolution.bias)
-        n_filters = self.options.n_filters
         for k, highway_layer in enumerate(self._highways._layers):
-            weight, bias = parameter_array(highway_layer.weight), parameter_array(highway_layer.bias)
-            arrays[layout.highway_dataset(k, "W_transform")] = weight[:n_filters].T
-            arrays[layout.highway_dataset(k, "W_carry")] = -weight[n_filters:].T
-            arrays[layout.highway_dataset(k, "b_transform")] = bias[:n_filters]
-            arrays[layout.highway_dataset(k, "b_carry")] = -bias[n_filters:]
+            arrays.update(
+                layout.highway_datasets(k, parameter_array(highway_layer.weight), parameter_array(highway_layer.bias))
+            )
         arrays[layout.PROJECTION_WEIGHT] = parameter_array(self._projection.weight).T
         arrays[layout.PROJECTION_BIAS] = parameter_array(self._projection.bias)
         return arrays

@@ -25,9 +25,10 @@ class Elmo(torch.nn.Module, FromParams):
     # Parameters
 
     options_file : `str`
-        Path or URL of the biLM's options JSON.
+        Path or URL of the biLM's options JSON (or of a model directory or archive).
     weight_file : `str`
-        Path or URL of the biLM's HDF5 weights.
+        Path or URL of the biLM's weights, in any format of `elmo_plugin.weights.formats` (or of
+        a model directory or archive).
     num_output_representations : `int`
         How many independent scalar mixes (e.g. one for the input and one for the output of a
         task model).
@@ -75,8 +76,11 @@ class Elmo(torch.nn.Module, FromParams):
                 raise ConfigurationError("Don't provide options_file or weight_file with module")
             self._elmo_lstm = module
         else:
-            if options_file is None or weight_file is None:
-                raise ConfigurationError("Elmo needs options_file and weight_file (or module)")
+            if options_file is None and weight_file is None:
+                raise ConfigurationError(
+                    "Elmo needs options_file and weight_file (or a model directory or archive as "
+                    "either, or module)"
+                )
             settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
             self._elmo_lstm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self._has_cached_vocab = (

@@ -8,17 +8,20 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy
 import torch
+from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper
 from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
+from elmo_plugin.modules.manylangs_encoder import ElmoForManyLangsEncoder
 from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BetweenSentencesState, LstmState
 from elmo_plugin.modules.token_vectors import CachedWordVectors, token_vectors
 from elmo_plugin.modules.word_encoder import ElmoWordEncoder, word_input_vocabulary
-from elmo_plugin.weights.formats import BiLmWeights, read_bilm_weights
-from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.weights.formats import read_bilm, read_bilm_weights
+from elmo_plugin.weights import layout
+from elmo_plugin.weights.options import ELMOFORMANYLANGS_CHARACTERS, ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, with_prefix
 
 logger = logging.getLogger(__name__)
@@ -33,11 +36,13 @@ class ElmoBiLm(torch.nn.Module):
 
     # Parameters
 
-    options_file : `Union[str, ElmoOptions]`
-        Path or URL of the options JSON, or already parsed options.
+    options_file : `Union[str, ElmoOptions]`, optional
+        Path or URL of the options JSON, or already parsed options; or of a model directory or
+        archive that holds the whole biLM (then `weight_file` may be `None`).
     weight_file : `Optional[str]`
-        Path or URL of the weights, in any format of `elmo_plugin.weights.formats`; `None`
-        leaves the parameters randomly initialised (to train a biLM from scratch).
+        Path or URL of the weights, in any format of `elmo_plugin.weights.formats` (a model
+        directory or archive too); `None` with an options file leaves the parameters randomly
+        initialised (to train a biLM from scratch).
     requires_grad, vocab_to_cache, stateful, precision
         See `ElmoSettings`.
     bias_as_in_file : `bool`, optional (default = `False`)
@@ -48,12 +53,13 @@ class ElmoBiLm(torch.nn.Module):
         model's regularisation while training, not used by downstream ELMo.
     vocabulary : `List[str]`, optional (default = `None`)
         A word-input biLM's words in id order, to train one from scratch; a word-input weight
-        file holds its own (and if both are given they must agree).
+        file holds its own (and if both are given they must agree). Not used by a
+        character-input biLM.
     """
 
     def __init__(
         self,
-        options_file: Union[str, ElmoOptions],
+        options_file: Union[str, ElmoOptions, None],
         weight_file: Optional[str],
         requires_grad: bool = ElmoSettings.requires_grad,
         vocab_to_cache: Optional[List[str]] = ElmoSettings.vocab_to_cache,
@@ -66,14 +72,12 @@ class ElmoBiLm(torch.nn.Module):
         super().__init__()
         settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
         self._requires_grad = requires_grad
-        weights: Optional[BiLmWeights] = None
-        if weight_file is not None:
-            weights = read_bilm_weights(options_file, weight_file)
-            options = weights.options
-        elif isinstance(options_file, ElmoOptions):
-            options = options_file
-        else:
-            options = ElmoOptions.from_file(options_file)
+        if options_file is None and weight_file is None:
+            raise ConfigurationError(
+                "ElmoBiLm needs its files: an options file and a weight file, or a model "
+                "directory or archive."
+            )
+        options, weights = read_bilm(options_file, weight_file)
         # One `Kernels` for every block: the one owner of the products' precision.
         self.kernels = Kernels()
         self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder]
@@ -82,6 +86,18 @@ class ElmoBiLm(torch.nn.Module):
                 options, weights and weights.arrays, vocabulary, weights.source if weights else ""
             )
             self._token_embedder = ElmoWordEncoder(words, options.projection_dim, requires_grad)
+        elif options.characters == ELMOFORMANYLANGS_CHARACTERS:
+            if weights is None:
+                raise ConfigurationError(
+                    "An ELMoForManyLangs biLM needs its weight file, which holds its vocabularies."
+                )
+            self._token_embedder = ElmoForManyLangsEncoder(
+                options,
+                [str(character) for character in weights.arrays[layout.CHAR_VOCABULARY]],
+                [str(word) for word in weights.arrays[layout.WORD_VOCABULARY]] if options.word_dim else None,
+                requires_grad=requires_grad,
+                kernels=self.kernels,
+            )
         else:
             self._token_embedder = ElmoCharacterEncoder(
                 options, requires_grad=requires_grad, kernels=self.kernels
@@ -238,6 +254,11 @@ class ElmoBiLm(torch.nn.Module):
     def create_cached_cnn_embeddings(self, tokens: List[str]) -> None:
         """Computes the token-layer vector of every token in `tokens` for word-id input."""
         self._word_embedding = CachedWordVectors(self._token_embedder, tokens, trainable=self._requires_grad)
+
+    def character_ids(self, batch: List[List[str]]) -> torch.Tensor:
+        """Character ids of tokenized sentences for `forward`: `batch_to_ids`, or wider ids
+        where the token layer reads whole tokens (ELMoForManyLangs)."""
+        return self._token_embedder.character_ids(batch)
 
     def embed_character_ids(self, character_ids: torch.Tensor) -> torch.Tensor:
         """

@@ -230,45 +230,35 @@ class LstmCellWithProjection(torch.nn.Module):
         )
 
     def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray], group: str) -> Arrays:
-        """
-        The cell's parameters from the layout's datasets of cell `group` (`layout.lstm_cell_group`):
-        TF's stacked input and recurrent weights split and transposed, gates reordered, and the
-        forget bias folded in (or kept as in the file when the bias is a `TfForgetBias`).
-        """
-        cell_size, input_size = self.cell_size, self.input_size
-        weights = layout.swap_tf_and_torch_gate_order(arrays[f"{group}/W_0"].T, cell_size)
-        bias = arrays[f"{group}/B"].copy()
-        if self._bias_as_in_file:
-            bias_name = "state_linearity.parametrizations.bias.original"
-        else:
-            bias_name = "state_linearity.bias"
-            bias[2 * cell_size : 3 * cell_size] += numpy.float32(layout.TF_FORGET_BIAS)
+        """The cell's parameters from the layout's datasets of cell `group`
+        (`layout.lstm_cell_group`); a bias kept as in the file (`TfForgetBias`) stays so."""
+        input_weight, state_weight, bias, projection_weight = layout.lstm_cell_parameters(
+            arrays, group, self.input_size, add_forget_offset=not self._bias_as_in_file
+        )
+        bias_name = (
+            "state_linearity.parametrizations.bias.original" if self._bias_as_in_file else "state_linearity.bias"
+        )
         return {
-            "input_linearity.weight": weights[:, :input_size],
-            "state_linearity.weight": weights[:, input_size:],
-            bias_name: layout.swap_tf_and_torch_gate_order(bias, cell_size),
-            "state_projection.weight": arrays[f"{group}/W_P_0"].T,
+            "input_linearity.weight": input_weight,
+            "state_linearity.weight": state_weight,
+            bias_name: bias,
+            "state_projection.weight": projection_weight,
         }
 
     def arrays_from_parameters(self, group: str) -> Arrays:
         """The layout's datasets of cell `group` (inverse of `parameters_from_arrays`)."""
-        cell_size = self.cell_size
-        weights = numpy.concatenate(
-            [parameter_array(self.input_linearity.weight), parameter_array(self.state_linearity.weight)],
-            axis=1,
-        )
         if self._bias_as_in_file:
-            stored = self.state_linearity.parametrizations.bias.original
-            bias = layout.swap_tf_and_torch_gate_order(parameter_array(stored), cell_size)
+            bias = parameter_array(self.state_linearity.parametrizations.bias.original)
         else:
-            folded = parameter_array(self.state_linearity.bias)
-            bias = layout.swap_tf_and_torch_gate_order(folded, cell_size)
-            bias[2 * cell_size : 3 * cell_size] -= numpy.float32(layout.TF_FORGET_BIAS)
-        return {
-            f"{group}/W_0": layout.swap_tf_and_torch_gate_order(weights, cell_size).T,
-            f"{group}/B": bias,
-            f"{group}/W_P_0": parameter_array(self.state_projection.weight).T,
-        }
+            bias = parameter_array(self.state_linearity.bias)
+        return layout.lstm_cell_datasets(
+            group,
+            parameter_array(self.input_linearity.weight),
+            parameter_array(self.state_linearity.weight),
+            bias,
+            parameter_array(self.state_projection.weight),
+            bias_holds_forget_offset=not self._bias_as_in_file,
+        )
 
 
 class ElmoLstm(torch.nn.Module):

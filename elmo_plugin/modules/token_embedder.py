@@ -25,10 +25,10 @@ class ElmoTokenEmbedder(TokenEmbedder):
     # Parameters
 
     options_file : `str`, optional
-        Path or URL of the biLM options; defaults to the published original ELMo.
+        Path or URL of the biLM options, or of a model directory or archive.
     weight_file : `str`, optional
-        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`);
-        defaults to the published original ELMo.
+        Path or URL of the biLM weights (any format of `elmo_plugin.weights.formats`), or of a
+        model directory or archive. With neither file given: the published original ELMo.
     do_layer_norm : `bool`, optional (default = `False`)
         Layer-normalise the biLM layers before mixing.
     dropout : `float`, optional (default = `0.5`)
@@ -56,8 +56,8 @@ class ElmoTokenEmbedder(TokenEmbedder):
 
     def __init__(
         self,
-        options_file: str = pretrained.DEFAULT.options_file,
-        weight_file: str = pretrained.DEFAULT.weight_file,
+        options_file: Optional[str] = None,
+        weight_file: Optional[str] = None,
         do_layer_norm: bool = False,
         dropout: float = 0.5,
         requires_grad: bool = ElmoSettings.requires_grad,
@@ -84,6 +84,7 @@ class ElmoTokenEmbedder(TokenEmbedder):
                 for index in range(vocab.get_vocab_size(namespace_to_cache))
             ]
         settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
+        options_file, weight_file = pretrained.files_or_default(options_file, weight_file)
         self._elmo = Elmo(
             None,
             None,

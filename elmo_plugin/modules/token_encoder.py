@@ -1,12 +1,12 @@
 """
 What ELMo's two token layers share: they read character ids and add the sentence boundaries.
 """
-from typing import Dict
+from typing import Dict, List
 
 import torch
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
-from elmo_plugin.data.character_mapper import ElmoCharacterMapper
+from elmo_plugin.data.character_mapper import PADDING_CHARACTER, ElmoCharacterMapper, batch_to_ids
 
 
 class ElmoTokenEncoder(torch.nn.Module):
@@ -33,6 +33,11 @@ class ElmoTokenEncoder(torch.nn.Module):
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, output_dim)`."""
         raise NotImplementedError
 
+    def character_ids(self, batch: List[List[str]]) -> torch.Tensor:
+        """The character ids this layer reads for tokenized sentences (`batch_to_ids`; a layer
+        that can use more of a token than its first 48 bytes returns wider ids)."""
+        return batch_to_ids(batch)
+
     def forward(self, inputs: torch.Tensor) -> Dict[str, torch.Tensor]:
         """
         # Parameters
@@ -46,8 +51,12 @@ class ElmoTokenEncoder(torch.nn.Module):
         (batch_size, timesteps + 2, output_dim)}`, with `<S>` and `</S>` added.
         """
         mask = (inputs > 0).any(dim=-1)
+        beginning, end = self._beginning_of_sentence_characters, self._end_of_sentence_characters
+        if inputs.size(-1) > beginning.size(0):  # wider ids (`character_ids`): more padding
+            padding = beginning.new_full((inputs.size(-1) - beginning.size(0),), PADDING_CHARACTER + 1)
+            beginning, end = torch.cat([beginning, padding]), torch.cat([end, padding])
         character_ids_with_bos_eos, mask_with_bos_eos = add_sentence_boundary_token_ids(
-            inputs, mask, self._beginning_of_sentence_characters, self._end_of_sentence_characters
+            inputs, mask, beginning, end
         )
         batch_size, sequence_length, characters_per_token = character_ids_with_bos_eos.size()
         token_embedding = self.embed_tokens(

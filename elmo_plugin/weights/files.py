@@ -1,5 +1,6 @@
 """
-Turns the path or URL of an ELMo file into a local path, failing fast and clearly.
+Turns the path or URL of an ELMo file (or of a model directory or archive) into a local path,
+failing fast and clearly.
 
 `cached_path` retries an unreachable host with back-off for about 35 seconds and then raises
 a bare `ConnectionError`; a user who mistyped a URL or is offline deserves a one-line answer
@@ -13,6 +14,8 @@ import requests
 from allennlp.common import file_utils
 from allennlp.common.checks import ConfigurationError
 from cached_path import find_latest_cached
+
+from elmo_plugin.weights import archives
 
 logger = logging.getLogger(__name__)
 
@@ -50,3 +53,28 @@ def resolve_elmo_file(path_or_url: str, description: str) -> str:
     elif scheme in ("", "file") and not os.path.exists(path_or_url.replace("file://", "", 1)):
         raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
     return str(file_utils.cached_path(path_or_url))
+
+
+_ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+
+def resolve_model_source(path_or_url: str, description: str) -> str:
+    """
+    `resolve_elmo_file`, and for an archive (a model zip or tarball) the directory it is
+    extracted to in the cache (see `archives`). A directory that holds nothing but one
+    directory stands for that one (archives often wrap their files in a folder).
+    """
+    path_or_url = os.fspath(path_or_url)
+    local_path = resolve_elmo_file(path_or_url, description)
+    if archives.is_archive(local_path):
+        local_path = archives.extracted_archive(local_path, path_or_url)
+    elif path_or_url.lower().endswith(_ARCHIVE_SUFFIXES) and os.path.isfile(local_path):
+        raise ConfigurationError(
+            f"The {description} {path_or_url} is not a readable archive (truncated or damaged?)."
+        )
+    while os.path.isdir(local_path):
+        entries = [entry for entry in os.listdir(local_path) if not entry.startswith(".")]
+        if len(entries) != 1 or not os.path.isdir(os.path.join(local_path, entries[0])):
+            break
+        local_path = os.path.join(local_path, entries[0])
+    return local_path

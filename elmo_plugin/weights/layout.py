@@ -32,18 +32,35 @@ The vocabulary lives in the weight file so that the options and weight pair is a
 needs, as for character-input files. (bilm-tf kept a token biLM's embedding in a separate
 file with a zero padding row first; our rows start with the first word.)
 
+An ELMoForManyLangs biLM (options with `char_cnn.characters` = `"elmoformanylangs"`; our
+extension) reads Unicode characters from a vocabulary and concatenates a word vector before the
+projection. It holds the CNN, highway and LSTM datasets as above, and:
+
+| dataset | shape | meaning |
+|---|---|---|
+| `char_embed` | (o.n_characters, o.char_embedding_dim) | one row per character of the vocabulary, its padding row included |
+| `char_vocabulary` | (o.n_characters,) UTF-8 strings | the characters in row order, with ELMoForManyLangs' `<bow>`, `<eow>`, `<bos>`, `<eos>`, `<oov>`, `<pad>` |
+| `word_embed` | (o.n_words, o.word_dim) | the word vectors (only with a `word_embedding` section) |
+| `word_vocabulary` | (o.n_words,) UTF-8 strings | the words in row order, `<bos>`, `<eos>`, `<oov>`, `<pad>` among them |
+| `CNN_proj/W_proj` | (o.word_dim + o.n_filters, o.projection_dim) | rows: the word vector's, then the char CNN's |
+
 The PyTorch side (AllenNLP's parameter names, kept so that AllenNLP model archives load)
 orders gates (input, forget, new memory, output), stores `x W^T` weights, folds the forget
-bias into the bias, prepends a zero padding row to the character table and negates the
-highway carry gate (AllenNLP's `Highway` gates the *linear* part); those conversions live with
-the blocks, using the conventions below.
+bias into the bias, prepends a zero padding row to the byte-level character table and negates
+the highway carry gate (AllenNLP's `Highway` gates the *linear* part). The conversions between
+PyTorch's tensors and the file's are the functions at the end of this module: the blocks'
+mappings and the formats whose files hold PyTorch tensors use them.
 """
-from typing import Dict, Tuple
+from typing import Dict, Mapping, Tuple
 
 import numpy
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
+from elmo_plugin.weights.options import (
+    ELMOFORMANYLANGS_CHARACTERS,
+    NUM_CHARACTERS_IN_FILE,
+    ElmoOptions,
+)
 
 TF_FORGET_BIAS = 1.0
 DIRECTIONS = ("forward", "backward")
@@ -53,8 +70,11 @@ PROJECTION_WEIGHT = "CNN_proj/W_proj"
 PROJECTION_BIAS = "CNN_proj/b_proj"
 WORD_EMBEDDING = "embedding"
 VOCABULARY = "vocabulary"
+CHAR_VOCABULARY = "char_vocabulary"
+WORD_VECTORS = "word_embed"
+WORD_VOCABULARY = "word_vocabulary"
 # Datasets that hold strings, not float32 arrays.
-STRING_DATASETS = frozenset({VOCABULARY})
+STRING_DATASETS = frozenset({VOCABULARY, CHAR_VOCABULARY, WORD_VOCABULARY})
 
 
 def cnn_weight(filter_index: int) -> str:
@@ -87,7 +107,13 @@ def dataset_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
         }
         shapes.update(_lstm_shapes(options))
         return shapes
-    shapes = {CHAR_EMBEDDING: (NUM_CHARACTERS_IN_FILE, options.char_embedding_dim)}
+    if options.characters == ELMOFORMANYLANGS_CHARACTERS:
+        shapes = {
+            CHAR_EMBEDDING: (options.n_characters, options.char_embedding_dim),
+            CHAR_VOCABULARY: (options.n_characters,),
+        }
+    else:
+        shapes = {CHAR_EMBEDDING: (NUM_CHARACTERS_IN_FILE, options.char_embedding_dim)}
     for i, (width, num) in enumerate(options.filters):  # type: ignore
         shapes[cnn_weight(i)] = (1, width, options.char_embedding_dim, num)
         shapes[cnn_bias(i)] = (num,)
@@ -96,7 +122,10 @@ def dataset_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
         for part in ("transform", "carry"):
             shapes[highway_dataset(k, f"W_{part}")] = (n_filters, n_filters)
             shapes[highway_dataset(k, f"b_{part}")] = (n_filters,)
-    shapes[PROJECTION_WEIGHT] = (n_filters, options.projection_dim)
+    if options.word_dim is not None:
+        shapes[WORD_VECTORS] = (options.n_words, options.word_dim)
+        shapes[WORD_VOCABULARY] = (options.n_words,)
+    shapes[PROJECTION_WEIGHT] = (options.token_features, options.projection_dim)
     shapes[PROJECTION_BIAS] = (options.projection_dim,)
     shapes.update(_lstm_shapes(options))
     return shapes
@@ -123,3 +152,83 @@ def swap_tf_and_torch_gate_order(matrix: numpy.ndarray, cell_dim: int) -> numpy.
     reordered[cell_dim : 2 * cell_dim] = matrix[2 * cell_dim : 3 * cell_dim]
     reordered[2 * cell_dim : 3 * cell_dim] = matrix[cell_dim : 2 * cell_dim]
     return reordered
+
+
+# Conversions between PyTorch's tensors and the file's (TensorFlow's).
+
+
+def cnn_kernel(conv_weight: numpy.ndarray) -> numpy.ndarray:
+    """A `Conv1d` weight `(filters, char_dim, width)` as TF's conv2d kernel `(1, width, char_dim, filters)`."""
+    return numpy.transpose(conv_weight, (2, 1, 0))[numpy.newaxis]
+
+
+def conv_weight(kernel: numpy.ndarray) -> numpy.ndarray:
+    """Inverse of `cnn_kernel`."""
+    return numpy.transpose(kernel.squeeze(axis=0), (2, 1, 0))
+
+
+def highway_datasets(layer: int, weight: numpy.ndarray, bias: numpy.ndarray) -> Dict[str, numpy.ndarray]:
+    """
+    An AllenNLP `Highway` layer (`weight` `(2n, n)`: the transform's rows, then the gate's, which
+    gates the untransformed input) as highway `layer`'s datasets (bilm-tf's carry gate gates the
+    transform, so its sign is flipped).
+    """
+    n = weight.shape[1]
+    return {
+        highway_dataset(layer, "W_transform"): weight[:n].T,
+        highway_dataset(layer, "W_carry"): -weight[n:].T,
+        highway_dataset(layer, "b_transform"): bias[:n],
+        highway_dataset(layer, "b_carry"): -bias[n:],
+    }
+
+
+def highway_parameters(arrays: Mapping[str, numpy.ndarray], layer: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """Inverse of `highway_datasets`: highway `layer`'s `(weight, bias)` for AllenNLP's `Highway`."""
+    part = lambda name: arrays[highway_dataset(layer, name)]  # noqa: E731
+    return (
+        numpy.concatenate([part("W_transform").T, -part("W_carry").T], axis=0),
+        numpy.concatenate([part("b_transform"), -part("b_carry")], axis=0),
+    )
+
+
+def lstm_cell_datasets(
+    group: str,
+    input_weight: numpy.ndarray,
+    state_weight: numpy.ndarray,
+    bias: numpy.ndarray,
+    projection_weight: numpy.ndarray,
+    bias_holds_forget_offset: bool = True,
+) -> Dict[str, numpy.ndarray]:
+    """
+    A PyTorch LSTM cell with projection (AllenNLP's `LstmCellWithProjection`: gates input,
+    forget, new memory, output; `x W^T` weights) as the datasets of cell `group`. The bias
+    holds TF's forget offset of 1.0 unless `bias_holds_forget_offset` is false (a bias kept as
+    the file stores it, see `TfForgetBias`).
+    """
+    cell_dim = bias.shape[0] // 4
+    weights = numpy.concatenate([input_weight, state_weight], axis=1)
+    bias = swap_tf_and_torch_gate_order(bias, cell_dim)
+    if bias_holds_forget_offset:
+        bias[2 * cell_dim : 3 * cell_dim] -= numpy.float32(TF_FORGET_BIAS)
+    return {
+        f"{group}/W_0": swap_tf_and_torch_gate_order(weights, cell_dim).T,
+        f"{group}/B": bias,
+        f"{group}/W_P_0": projection_weight.T,
+    }
+
+
+def lstm_cell_parameters(
+    arrays: Mapping[str, numpy.ndarray], group: str, input_size: int, add_forget_offset: bool = True
+) -> Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray, numpy.ndarray]:
+    """Inverse of `lstm_cell_datasets`: `(input_weight, state_weight, bias, projection_weight)`."""
+    bias = arrays[f"{group}/B"].copy()
+    cell_dim = bias.shape[0] // 4
+    if add_forget_offset:
+        bias[2 * cell_dim : 3 * cell_dim] += numpy.float32(TF_FORGET_BIAS)
+    weights = swap_tf_and_torch_gate_order(arrays[f"{group}/W_0"].T, cell_dim)
+    return (
+        weights[:, :input_size],
+        weights[:, input_size:],
+        swap_tf_and_torch_gate_order(bias, cell_dim),
+        arrays[f"{group}/W_P_0"].T,
+    )

@@ -18,11 +18,18 @@ from elmo_plugin.weights.files import resolve_elmo_file
 # (262 counts the padding id that the PyTorch side prepends); both mean the same table.
 NUM_CHARACTERS_IN_FILE = 261
 _ACCEPTED_N_CHARACTERS = (261, 262)
+# `char_cnn.characters`: how tokens become character ids. "bytes": ELMo's UTF-8 bytes (every
+# published model; the default). "elmoformanylangs": ELMoForManyLangs' Unicode character
+# vocabulary, held in the weight file (our extension of the layout, see `layout`).
+BYTE_CHARACTERS = "bytes"
+ELMOFORMANYLANGS_CHARACTERS = "elmoformanylangs"
+CHARACTER_SETS = (BYTE_CHARACTERS, ELMOFORMANYLANGS_CHARACTERS)
 _ACTIVATIONS = ("relu", "tanh")
 # Keys this class models; everything else in the file is carried along in `extra`.
 _KNOWN_KEYS = {
     "char_cnn": {"embedding", "filters", "n_highway", "activation", "max_characters_per_token",
-                 "n_characters"},
+                 "n_characters", "characters"},
+    "word_embedding": {"dim", "n_words"},
     "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
              "use_skip_connections"},
 }
@@ -50,7 +57,16 @@ class ElmoOptions:
     max_characters_per_token : `int`
         `char_cnn.max_characters_per_token`: 50 in every published model.
     n_characters : `int`
-        `char_cnn.n_characters`: 261 or 262 (the same 261-row table).
+        `char_cnn.n_characters`: 261 or 262 for ELMo's byte-level characters (the same 261-row
+        table); the size of the character table for `"elmoformanylangs"` characters.
+    characters : `str`
+        `char_cnn.characters` (our extension): `"bytes"` (absent; every published model) or
+        `"elmoformanylangs"` (ELMoForManyLangs' Unicode character vocabulary, in the weight file).
+    word_dim : `Optional[int]`
+        `word_embedding.dim` (our extension, with `"elmoformanylangs"` characters): a word
+        embedding concatenated before the projection, as ELMoForManyLangs has.
+    n_words : `Optional[int]`
+        `word_embedding.n_words`: that embedding's rows.
     cell_dim : `int`
         `lstm.dim`: size of the LSTM memory cell.
     projection_dim : `int`
@@ -87,6 +103,9 @@ class ElmoOptions:
     activation: Optional[str] = None
     max_characters_per_token: Optional[int] = None
     n_characters: Optional[int] = None
+    characters: str = BYTE_CHARACTERS
+    word_dim: Optional[int] = None
+    n_words: Optional[int] = None
     n_tokens_vocab: Optional[int] = None
     share_embedding_softmax: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
@@ -99,6 +118,11 @@ class ElmoOptions:
     @property
     def n_filters(self) -> int:
         return sum(num for _, num in self.filters or [])
+
+    @property
+    def token_features(self) -> int:
+        """Inputs of the projection to the LSTM: the char CNN's filters, and word vectors."""
+        return self.n_filters + (self.word_dim or 0)
 
     @property
     def output_dim(self) -> int:
@@ -124,6 +148,11 @@ class ElmoOptions:
     def from_dict(cls, raw: Dict[str, Any], source: str = "<dict>") -> "ElmoOptions":
         """Validates a parsed options JSON; errors name `source` and the offending key."""
         reader = _KeyReader(raw, source)
+        if "word_embedding" in raw and "char_cnn" not in raw:
+            raise ConfigurationError(
+                f"ELMo options file {source}: a word_embedding section goes with a char_cnn section "
+                f"whose characters are {ELMOFORMANYLANGS_CHARACTERS!r}."
+            )
         character_options = cls._character_options(reader, source) if "char_cnn" in raw else {}
         n_tokens_vocab = reader.get("n_tokens_vocab", int) if "n_tokens_vocab" in raw else None
         share_embedding_softmax = reader.get_flag("share_embedding_softmax")
@@ -174,6 +203,14 @@ class ElmoOptions:
             raise ConfigurationError(
                 f"ELMo options file {source}: char_cnn.filters must list at least one filter"
             )
+        characters = BYTE_CHARACTERS
+        if reader.has("char_cnn.characters"):
+            characters = reader.get("char_cnn.characters", str)
+        if characters not in CHARACTER_SETS:
+            raise ConfigurationError(
+                f"ELMo options file {source}: char_cnn.characters must be one of "
+                f"{', '.join(CHARACTER_SETS)}, got {characters!r}"
+            )
         activation = reader.get("char_cnn.activation", str)
         if activation not in _ACTIVATIONS:
             raise ConfigurationError(
@@ -181,7 +218,7 @@ class ElmoOptions:
                 f"{_ACTIVATIONS}, got {activation!r}"
             )
         n_characters = reader.get("char_cnn.n_characters", int)
-        if n_characters not in _ACCEPTED_N_CHARACTERS:
+        if characters == BYTE_CHARACTERS and n_characters not in _ACCEPTED_N_CHARACTERS:
             raise ConfigurationError(
                 f"ELMo options file {source}: char_cnn.n_characters must be 261 or 262 "
                 f"(ELMo's fixed byte-level character set), got {n_characters}"
@@ -193,6 +230,22 @@ class ElmoOptions:
             activation=activation,
             max_characters_per_token=reader.get("char_cnn.max_characters_per_token", int),
             n_characters=n_characters,
+            characters=characters,
+            **ElmoOptions._word_embedding_options(reader, source, characters),
+        )
+
+    @staticmethod
+    def _word_embedding_options(reader: "_KeyReader", source: str, characters: str) -> Dict[str, Any]:
+        if not reader.has("word_embedding"):
+            return {}
+        if characters != ELMOFORMANYLANGS_CHARACTERS:
+            raise ConfigurationError(
+                f"ELMo options file {source}: a word_embedding section goes with "
+                f"char_cnn.characters {ELMOFORMANYLANGS_CHARACTERS!r}."
+            )
+        return dict(
+            word_dim=reader.get("word_embedding.dim", int),
+            n_words=reader.get("word_embedding.n_words", int),
         )
 
     def to_dict(self) -> Dict[str, Any]:
@@ -221,6 +274,10 @@ class ElmoOptions:
                     "n_characters": self.n_characters,
                 }
             )
+            if self.characters != BYTE_CHARACTERS:
+                result["char_cnn"]["characters"] = self.characters
+        if self.word_dim is not None:
+            result["word_embedding"] = {"dim": self.word_dim, "n_words": self.n_words}
         result.setdefault("lstm", {}).update(lstm)
         if self.n_tokens_vocab is not None:
             result["n_tokens_vocab"] = self.n_tokens_vocab
@@ -270,6 +327,9 @@ class _KeyReader:
                 f"{expected_type.__name__}, got {value!r}"
             )
         return value
+
+    def has(self, dotted_key: str) -> bool:
+        return self._lookup(dotted_key)[0]
 
     def get_flag(self, dotted_key: str) -> bool:
         # bilm-tf reads this flag with dict.get: absent means False.

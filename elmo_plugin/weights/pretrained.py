@@ -4,7 +4,7 @@ of the vectors they give. The one place these facts are written down.
 """
 import copy
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 _BASE_URL = "https://allennlp.s3.amazonaws.com/models/elmo/"
 
@@ -54,6 +54,14 @@ def _architecture(cell_dim: int, projection_dim: int, n_highway: int) -> Dict[st
 # architectures in tests and benchmarks, and for training configs).
 SMALL_OPTIONS: Dict[str, Any] = _architecture(1024, 128, 1)
 ORIGINAL_OPTIONS: Dict[str, Any] = _architecture(4096, 512, 2)
+
+
+def files_or_default(options_file: Optional[str], weight_file: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """The files given, or the default published ELMo's when neither is (a model directory or
+    archive may be given as either file alone)."""
+    if options_file is None and weight_file is None:
+        return DEFAULT.options_file, DEFAULT.weight_file
+    return options_file, weight_file
 
 
 def output_dim_of_published(options_file: str) -> Optional[int]:

@@ -134,8 +134,10 @@ def test_bad_model_configurations_are_refused():
     options = ElmoOptions.from_file(ELMO_OPTIONS_FILE).to_dict()
     with pytest.raises(ConfigurationError, match="num_samples.*smaller than the vocabulary"):
         ElmoBiLmModel(vocabulary, options=options, num_samples=32)
-    with pytest.raises(ConfigurationError, match="exactly one of 'options'"):
+    with pytest.raises(ConfigurationError, match="give 'options' or 'options_file', not both"):
         ElmoBiLmModel(vocabulary, options=options, options_file=ELMO_OPTIONS_FILE, num_samples=8)
+    with pytest.raises(ConfigurationError, match="or a 'weight_file' that holds a whole model"):
+        ElmoBiLmModel(vocabulary, num_samples=8)
     with pytest.raises(ConfigurationError, match="lacks <S>, </S>, <UNK>.*type.*bilm"):
         ElmoBiLmModel(Vocabulary({"lm_tokens": {"a": 1}}), options=options, num_samples=8)
     with pytest.raises(ConfigurationError, match="options.*lstm"):

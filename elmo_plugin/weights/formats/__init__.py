@@ -13,6 +13,7 @@ from elmo_plugin.weights.formats.base import (  # noqa: F401  (the package's int
     BiLmWeights,
     ModelFiles,
     WeightFormat,
+    read_bilm,
     read_bilm_weights,
     registered_formats,
     write_bilm_weights,

@@ -5,13 +5,13 @@ from what the given paths hold.
 import logging
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy
 from allennlp.common import Registrable
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.weights.files import resolve_elmo_file
+from elmo_plugin.weights.files import resolve_model_source
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
@@ -31,15 +31,36 @@ class ModelFiles:
 
     @classmethod
     def resolve(cls, options_file: Optional[str], weight_file: Optional[str]) -> "ModelFiles":
+        """Local paths for what the user named: downloads, archives extracted (`files`)."""
         return cls(
             options_file=options_file,
             weight_file=weight_file,
-            options_path=None if options_file is None else resolve_elmo_file(options_file, "ELMo options file"),
-            weight_path=None if weight_file is None else resolve_elmo_file(weight_file, "ELMo weight file"),
+            options_path=None if options_file is None else resolve_model_source(options_file, "ELMo options file"),
+            weight_path=None if weight_file is None else resolve_model_source(weight_file, "ELMo weight file"),
         )
 
     def describe(self) -> str:
-        return " and ".join(str(name) for name in (self.options_file, self.weight_file) if name is not None)
+        names = [name for name in (self.options_file, self.weight_file) if name is not None]
+        return " and ".join(dict.fromkeys(names))
+
+    def model_directory(self) -> Optional[str]:
+        """The directory that holds the whole model, where one was named (as either file, or
+        as both); `None` for anything else."""
+        paths = {path for path in (self.options_path, self.weight_path) if path is not None}
+        if len(paths) == 1:
+            (path,) = paths
+            if os.path.isdir(path):
+                return path
+        return None
+
+    def contents(self) -> str:
+        """What the named directories hold, for messages."""
+        listed = []
+        for path in dict.fromkeys(p for p in (self.options_path, self.weight_path) if p):
+            if os.path.isdir(path):
+                entries = sorted(os.listdir(path))
+                listed.append(f"{path} holds {', '.join(entries[:20]) or 'nothing'}")
+        return "; ".join(listed)
 
 
 @dataclass
@@ -100,30 +121,53 @@ def format_named(name: str) -> WeightFormat:
     return WeightFormat.by_name(name)()
 
 
-def read_bilm_weights(
-    options_file: Union[str, os.PathLike, ElmoOptions, None], weight_file: Optional[Union[str, os.PathLike]]
-) -> BiLmWeights:
+PathOrOptions = Union[str, os.PathLike, ElmoOptions, None]
+
+
+def read_bilm_weights(options_file: PathOrOptions, weight_file: Optional[Union[str, os.PathLike]]) -> BiLmWeights:
     """
-    Reads a biLM's weights in whichever format the paths (or URLs) hold. `options_file` may
-    be options already parsed, to check the weights of the published layout against.
+    Reads a biLM's weights in whichever format the paths (or URLs, or archives) hold.
+    `options_file` may be options already parsed, to check the weights of the published layout
+    against; a model directory or archive may be named as either file, or as both.
+    """
+    options, weights = read_bilm(options_file, weight_file)
+    if weights is None:
+        raise ConfigurationError(f"The ELMo options {options_file} need a weight file.")
+    return weights
+
+
+def read_bilm(
+    options_file: PathOrOptions, weight_file: Optional[Union[str, os.PathLike]]
+) -> Tuple[ElmoOptions, Optional[BiLmWeights]]:
+    """
+    The architecture, and the weights where the paths hold them: an options file alone (or
+    parsed options alone) describes a biLM to train from scratch.
     """
     options = options_file if isinstance(options_file, ElmoOptions) else None
     if options is not None:
         options_file = None
+    if options is not None and weight_file is None:
+        return options, None
     files = ModelFiles.resolve(
         None if options_file is None else os.fspath(options_file),
         None if weight_file is None else os.fspath(weight_file),
     )
     if options is not None:
-        return format_named("published").read(files, options)
+        weights = format_named("published").read(files, options)
+        return weights.options, weights
+    if files.weight_path is None and files.options_path is not None and os.path.isfile(files.options_path):
+        return ElmoOptions.from_local_file(files.options_path, str(files.options_file)), None
     matching = [weight_format for weight_format in registered_formats() if weight_format.recognizes(files)]
     if len(matching) == 1:
         logger.debug("Reading %s as ELMo weight format %r", files.describe(), matching[0].name)
-        return matching[0].read(files)
+        weights = matching[0].read(files)
+        return weights.options, weights
     if not matching:
         expected = "; ".join(f"{f.name}: {f.expects}" for f in registered_formats())
+        found = files.contents()
         raise ConfigurationError(
-            f"{files.describe() or 'Nothing'} is not a biLM in any known format (expected {expected})."
+            f"{files.describe() or 'Nothing'} is not a biLM in any known format "
+            f"({found + '; ' if found else ''}expected {expected})."
         )
     raise ConfigurationError(
         f"{files.describe()} could be read as any of the ELMo weight formats "

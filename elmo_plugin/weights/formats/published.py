@@ -5,7 +5,7 @@ The published ELMo format: an options JSON and an HDF5 weight file in the layout
 """
 import os
 import warnings
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy
 from allennlp.common.checks import ConfigurationError
@@ -26,11 +26,22 @@ WEIGHTS_NAME = "weights.hdf5"
 
 @WeightFormat.register("published")
 class PublishedFormat(WeightFormat):
-    """An options JSON file and an HDF5 weight file, given as two paths or URLs."""
+    """
+    An options JSON file and an HDF5 weight file, given as two paths or URLs, or a directory
+    (or archive) that holds `options.json` and one `.hdf5` file: what `allennlp elmo-export`
+    writes, and the NLPL repository's bilm-tf models (`options.json`, `model.hdf5`,
+    `vocab.txt`).
+    """
 
-    expects = "an options JSON file and an HDF5 weight file, as two paths or URLs"
+    expects = (
+        "an options JSON file and an HDF5 weight file as two paths or URLs, or a directory or "
+        f"archive with {OPTIONS_NAME} and one .hdf5 file"
+    )
 
     def recognizes(self, files: ModelFiles) -> bool:
+        directory = files.model_directory()
+        if directory is not None:
+            return os.path.isfile(os.path.join(directory, OPTIONS_NAME)) and bool(_hdf5_files(directory))
         return (
             files.options_path is not None
             and files.weight_path is not None
@@ -39,6 +50,9 @@ class PublishedFormat(WeightFormat):
         )
 
     def read(self, files: ModelFiles, options: Optional[ElmoOptions] = None) -> BiLmWeights:
+        directory = files.model_directory()
+        if directory is not None:
+            files = _files_in_directory(files, directory)
         if options is None:
             if files.options_path is None:
                 raise ConfigurationError(f"The ELMo weight file {files.weight_file} needs its options file.")
@@ -56,6 +70,27 @@ class PublishedFormat(WeightFormat):
         write_weight_file(paths["weights"], weights.arrays, weights.options)
         weights.options.to_file(paths["options"])
         return paths
+
+
+def _hdf5_files(directory: str) -> List[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".hdf5"))
+
+
+def _files_in_directory(files: ModelFiles, directory: str) -> ModelFiles:
+    """The options and weight file inside a model directory, named after what the user gave."""
+    source = files.weight_file or files.options_file
+    weight_names = _hdf5_files(directory)
+    if len(weight_names) > 1:
+        raise ConfigurationError(
+            f"The ELMo model {source} holds several HDF5 files ({', '.join(weight_names)}); "
+            "give the options file and the weight file as two paths."
+        )
+    return ModelFiles(
+        options_file=f"{source} ({OPTIONS_NAME})",
+        weight_file=f"{source} ({weight_names[0]})",
+        options_path=os.path.join(directory, OPTIONS_NAME),
+        weight_path=os.path.join(directory, weight_names[0]),
+    )
 
 
 def read_weight_file(path: str, options: ElmoOptions, source: str) -> Dict[str, numpy.ndarray]:

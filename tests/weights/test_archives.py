@@ -1,0 +1,146 @@
+"""
+Model directories and archives (the NLPL repository's zips): loaded as given, by path or URL;
+unsafe or damaged archives refused by name, with nothing written outside the cache.
+"""
+import io
+import os
+import re
+import shutil
+import tarfile
+import zipfile
+
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin import ElmoBiLm, ElmoEmbedder, batch_to_ids
+from elmo_plugin.weights import archives
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+
+IDS = batch_to_ids([["The", "bats", "hang"], ["x"]])
+
+
+@pytest.fixture(scope="module")
+def reference():
+    with torch.no_grad():
+        return ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)(IDS)["activations"]
+
+
+def assert_is_the_fixture(bilm: ElmoBiLm, reference) -> None:
+    with torch.no_grad():
+        for ours, expected in zip(bilm(IDS)["activations"], reference):
+            assert torch.equal(ours, expected)
+
+
+def nlpl_zip(path, wrapper: str = "") -> str:
+    """A zip laid out as the NLPL repository's bilm-tf models: model.hdf5, options.json, vocab."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.write(ELMO_OPTIONS_FILE, wrapper + "options.json")
+        archive.write(ELMO_WEIGHT_FILE, wrapper + "model.hdf5")
+        archive.writestr(wrapper + "vocab.txt", "<S>\n</S>\n<UNK>\nthe\n")
+        archive.writestr(wrapper + "meta.json", '{"id": 1}')
+    return str(path)
+
+
+@pytest.mark.parametrize("wrapper", ["", "199/"])
+def test_an_nlpl_zip_loads_given_as_either_file_or_both(tmp_path, cache_directory, reference, wrapper):
+    path = nlpl_zip(tmp_path / "199.zip", wrapper)
+    for options_file, weight_file in ((None, path), (path, None), (path, path)):
+        assert_is_the_fixture(ElmoBiLm(options_file, weight_file, stateful=False), reference)
+    # Extracted once, into the cache directory only.
+    assert sorted(os.listdir(tmp_path)) == ["199.zip", "cache"]
+    assert any(name.endswith("-extracted") for name in os.listdir(cache_directory))
+
+
+def test_a_model_directory_and_the_embedder(tmp_path, reference):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    shutil.copy(ELMO_OPTIONS_FILE, directory / "options.json")
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights.hdf5")
+    assert_is_the_fixture(ElmoBiLm(str(directory), None, stateful=False), reference)
+    embedder = ElmoEmbedder(weight_file=str(directory))
+    assert embedder.embed_sentence(["The", "bats"]).shape == (3, 2, 32)
+
+
+def test_a_zip_by_url(tmp_path, cache_directory, server, reference):
+    nlpl_zip(server.root / "199.zip")
+    assert_is_the_fixture(ElmoBiLm(None, f"{server.url}/199.zip", stateful=False), reference)
+
+
+def test_a_tarball(tmp_path, cache_directory, reference):
+    path = tmp_path / "model.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        archive.add(ELMO_OPTIONS_FILE, "options.json")
+        archive.add(ELMO_WEIGHT_FILE, "model.hdf5")
+    assert_is_the_fixture(ElmoBiLm(None, str(path), stateful=False), reference)
+
+
+def zip_with(path, members) -> str:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members:
+            archive.writestr(zipfile.ZipInfo(name), data)
+    return str(path)
+
+
+@pytest.mark.parametrize("member", ["../escaped.txt", "/tmp/absolute.txt", "model/../../escaped.txt",
+                                    "C:/escaped.txt"])
+def test_members_that_would_land_outside_are_refused(tmp_path, cache_directory, member):
+    path = zip_with(tmp_path / "evil.zip", [("options.json", "{}"), (member, "x")])
+    with pytest.raises(ConfigurationError, match=re.escape(f"evil.zip holds {member!r}") + ".*leads outside"):
+        ElmoBiLm(None, path)
+    assert os.listdir(cache_directory) == [] and not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_links_in_an_archive_are_refused(tmp_path, cache_directory):
+    path = tmp_path / "links.tar"
+    with tarfile.open(path, "w") as archive:
+        link = tarfile.TarInfo("options.json")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+    with pytest.raises(ConfigurationError, match="links.tar holds 'options.json', a link"):
+        ElmoBiLm(None, str(path))
+
+
+def test_an_archive_that_expands_far_beyond_its_size_is_refused(tmp_path, cache_directory, monkeypatch):
+    monkeypatch.setattr(archives, "MAX_EXPANSION_FLOOR", 2**20)
+    path = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("model.hdf5", b"\0" * (8 * 2**20))
+    with pytest.raises(ConfigurationError, match=r"bomb.zip \(\d[\d,]* bytes\) would expand to 8,388,608 bytes"):
+        ElmoBiLm(None, str(path))
+    assert os.listdir(cache_directory) == []
+
+
+def test_a_truncated_or_damaged_archive_is_named(tmp_path, cache_directory):
+    whole = nlpl_zip(tmp_path / "whole.zip")
+    truncated = tmp_path / "truncated.zip"
+    truncated.write_bytes(open(whole, "rb").read()[:5000])
+    with pytest.raises(ConfigurationError, match="truncated.zip is not a readable archive"):
+        ElmoBiLm(None, str(truncated))
+    # A member whose bytes changed after it was written: the CRC check fails while extracting.
+    damaged = tmp_path / "damaged.zip"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.write(ELMO_OPTIONS_FILE, "options.json")
+        archive.writestr("model.hdf5", b"HDF" * 1000)
+    data = bytearray(buffer.getvalue())
+    data[data.index(b"HDFHDF") + 10] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ConfigurationError, match="damaged.zip cannot be extracted .*CRC"):
+        ElmoBiLm(None, str(damaged))
+    assert not any(name.endswith("-extracted") for name in os.listdir(cache_directory))
+
+
+def test_directories_that_hold_no_model_or_two_say_what_they_hold(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "README").write_text("nothing")
+    with pytest.raises(ConfigurationError, match=r"empty holds README; expected .*published: .*options.json"):
+        ElmoBiLm(str(empty), None)
+    two = tmp_path / "two"
+    two.mkdir()
+    shutil.copy(ELMO_OPTIONS_FILE, two / "options.json")
+    for name in ("a.hdf5", "b.hdf5"):
+        shutil.copy(ELMO_WEIGHT_FILE, two / name)
+    with pytest.raises(ConfigurationError, match=r"holds several HDF5 files \(a.hdf5, b.hdf5\)"):
+        ElmoBiLm(None, str(two))
