@@ -9,7 +9,7 @@ Weights: random, in the published layout, of the published "small" architecture
 (../shared/data/lm_eval), repeated to the requested count. Each measurement runs in a fresh
 subprocess so that its peak RSS (ru_maxrss) is its own.
 
-- ours: `ElmoEmbedder.embed_file` (what the command runs): deterministic start state,
+- ours: `ElmoEmbedder.embed_file` (what `allennlp elmo --deterministic` runs): deterministic start state,
   length-sorted chunks, `--all`.
 - 0.9-style: what AllenNLP 0.9's `allennlp elmo` did: read every line, batches of 64 in file
   order with carried state through AllenNLP's `_ElmoBiLm`, one dataset per line.

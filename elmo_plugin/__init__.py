@@ -16,6 +16,7 @@ import elmo_plugin_warnings  # noqa: F401  (first: filters must precede allennlp
 from elmo_plugin.commands import (  # noqa: E402,F401  (registers the subcommands)
     ElmoCommand,
     ElmoExportCommand,
+    ElmoImportCommand,
     ElmoTokenVectorsCommand,
 )
 from elmo_plugin.data import (  # noqa: E402

@@ -2,4 +2,5 @@
 # ruff: noqa: F401
 from elmo_plugin.commands.elmo import ElmoCommand
 from elmo_plugin.commands.export import ElmoExportCommand
+from elmo_plugin.commands.import_bilm import ElmoImportCommand
 from elmo_plugin.commands.token_vectors import ElmoTokenVectorsCommand

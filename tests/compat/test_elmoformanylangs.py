@@ -120,9 +120,9 @@ def test_allennlp_elmo_takes_the_model_directory(model_directory, tmp_path):
 
 
 def test_converted_once_into_our_layout_it_computes_the_same(model_directory, tmp_path):
-    from elmo_plugin.weights.formats import read_bilm_weights, write_bilm_weights
+    from elmo_plugin.weights.conversion import convert_bilm
 
-    paths = write_bilm_weights(read_bilm_weights(None, model_directory), str(tmp_path / "converted"))
+    paths = convert_bilm(model_directory, str(tmp_path / "converted"))
     ids = ElmoBiLm(None, model_directory).character_ids(SENTENCES)
     with torch.no_grad():
         original = ElmoBiLm(None, model_directory, stateful=False)(ids)["activations"]

@@ -1,0 +1,38 @@
+"""
+`allennlp elmo-import`: a biLM in any format this package reads -> the published layout
+(`elmo_plugin.weights.conversion`).
+
+    allennlp elmo-import zhs.model elmo_files/                 # an ELMoForManyLangs model
+    allennlp elmo-import 182.zip elmo_files/                   # an NLPL zip
+"""
+import argparse
+
+from allennlp.commands.subcommand import Subcommand
+from overrides import overrides
+
+from elmo_plugin.weights.conversion import convert_bilm
+
+
+@Subcommand.register("elmo-import")
+class ElmoImportCommand(Subcommand):
+    @overrides
+    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        description = (
+            "Convert a biLM (a model directory or archive in any format this package reads, or "
+            "a weight file with --options-file) into options.json and weights.hdf5 in the "
+            "published layout, written only when complete."
+        )
+        subparser = parser.add_parser(self.name, description=description, help="Convert a biLM into ELMo files.")
+        subparser.add_argument("source", type=str, help="the biLM: path or URL")
+        subparser.add_argument("output_directory", type=str, help="where to write options.json, weights.hdf5")
+        subparser.add_argument("--options-file", type=str, default=None,
+                               help="the options of a weight file that does not hold them")
+        subparser.add_argument("--overwrite", action="store_true", help="replace files already there")
+        subparser.set_defaults(func=_import_command)
+        return subparser
+
+
+def _import_command(args: argparse.Namespace) -> None:
+    paths = convert_bilm(args.source, args.output_directory, args.options_file, overwrite=args.overwrite)
+    for role, path in paths.items():
+        print(f"{role}: {path}")
