@@ -8,9 +8,10 @@ from typing import Iterator
 @contextlib.contextmanager
 def atomic_output_path(path: str, suffix: str = ".partial") -> Iterator[str]:
     """
-    Yields a temporary path in `path`'s directory to write to; on success it is renamed to
-    `path` (replacing any file there), on any error or interruption it is removed. Readers of
-    `path` therefore see the old file or the complete new one, never a half-written one.
+    Yields a temporary path in `path`'s directory to write to; on success it is flushed to the
+    disk (`fsync`), renamed to `path` (replacing any file there) and the rename itself flushed,
+    on any error or interruption it is removed. Readers of `path` therefore see the old file or
+    the complete new one, never a half-written one, also after a power loss.
     """
     directory = os.path.dirname(os.path.abspath(path))
     descriptor, temporary_path = tempfile.mkstemp(
@@ -23,11 +24,22 @@ def atomic_output_path(path: str, suffix: str = ".partial") -> Iterator[str]:
         os.umask(umask)
         os.chmod(temporary_path, 0o666 & ~umask)
         yield temporary_path
+        _fsync(temporary_path)
         os.replace(temporary_path, path)
+        _fsync(directory)
     except BaseException:
         if os.path.exists(temporary_path):
             os.remove(temporary_path)
         raise
+
+
+def _fsync(path: str) -> None:
+    """Flushes a file's (or a directory's entries') data to the disk."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def write_text_atomically(path: str, text: str) -> None:

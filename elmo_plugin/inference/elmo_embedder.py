@@ -3,10 +3,11 @@
 """
 import logging
 import os
-from typing import IO, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import IO, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import numpy
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
@@ -53,6 +54,12 @@ class ElmoEmbedder:
     ) -> None:
         settings = ElmoSettings(stateful=stateful, precision=precision)
         options_file, weight_file = pretrained.files_or_default(options_file, weight_file)
+        if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
+            raise ConfigurationError(
+                f"cuda_device {cuda_device}: this machine has {torch.cuda.device_count()} CUDA "
+                f"device(s) for this torch build (torch {torch.__version__}, CUDA "
+                f"{torch.version.cuda or 'not built in'}); use -1 for the CPU"
+            )
         self.elmo_bilm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self.elmo_bilm.eval()
         self.cuda_device = cuda_device
@@ -74,6 +81,14 @@ class ElmoEmbedder:
     @property
     def stateful(self) -> bool:
         return self.elmo_bilm.stateful
+
+    def identity(self) -> Dict[str, str]:
+        """What a resumed `embed_file` run must share: the model and how it computes."""
+        return {
+            "model": self.elmo_bilm.fingerprint(),
+            "precision": self.elmo_bilm.precision,
+            "device": self.device.type,
+        }
 
     @property
     def batch_start_state(self) -> BatchStartState:
@@ -105,6 +120,7 @@ class ElmoEmbedder:
     def embed_batch(self, batch: List[List[str]]) -> List[numpy.ndarray]:
         """One `(num_layers, len(sentence), output_dim)` array per sentence; empty ones give
         `(num_layers, 0, output_dim)`."""
+        _check_tokenized(batch)
         if all(len(sentence) == 0 for sentence in batch):
             return [self.empty_embedding() for _ in batch]
         activations, mask = self.batch_to_embeddings(batch)
@@ -166,3 +182,13 @@ class ElmoEmbedder:
             use_sentence_keys=use_sentence_keys,
             **options,
         )
+
+
+def _check_tokenized(batch: List[List[str]]) -> None:
+    # A string is a sequence too: "a b" would be read as the tokens "a", " ", "b".
+    for sentence in batch:
+        if isinstance(sentence, str) or not all(isinstance(token, str) for token in sentence):
+            raise TypeError(
+                f"ElmoEmbedder takes tokenized sentences, lists of strings (e.g. 'a b'.split()); "
+                f"got {sentence!r}"
+            )

@@ -16,13 +16,19 @@ How the work is organised, and why:
   original keys. In stateful mode (0.9's behaviour) batches are consecutive lines in file
   order, `batch_size` each, so the carried state is what 0.9 computed.
 - Each finished chunk is written to its own file in `OUTPUT.partial/` and renamed into place
-  when complete, so an interrupt (Ctrl-C, kill, disk full) loses at most the chunk in flight;
-  `resume` skips the chunks on disk (in stateful mode it restores the carried state saved with
-  the last one). At the end the chunks are merged into a temporary file next to OUTPUT, which
-  is renamed to OUTPUT: a file under OUTPUT's name is always complete.
+  when complete (flushed to the disk first), so an interrupt (Ctrl-C, kill, disk full, power
+  loss) loses at most the chunk in flight; `resume` checks the chunks on disk, embeds again any
+  that is damaged, and skips the others (in stateful mode it restores the carried state saved
+  with the chunk before each one it embeds). A resumed run must have the settings of the run
+  it continues, the same model (its weights' fingerprint), precision and device type. At the
+  end the chunks are merged into a temporary file next to OUTPUT, which is renamed to OUTPUT:
+  a file under OUTPUT's name is always complete.
+- One run at a time writes an OUTPUT: a second one is refused while the first holds
+  `OUTPUT.lock`.
 - Memory is bounded by one batch of vectors and one chunk of text, whatever the input size
   (except `sentence_to_index`, which holds every sentence by definition).
 """
+import contextlib
 import hashlib
 import json
 import logging
@@ -30,8 +36,9 @@ import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterator, List, Protocol, Tuple
+from typing import Dict, Iterator, List, Optional, Protocol, Set, Tuple
 
+import filelock
 import h5py
 import numpy
 import torch
@@ -61,6 +68,10 @@ class SentenceEmbedder(Protocol):
         """One `(num_layers, len(sentence), dim)` array per sentence."""
         ...
 
+    def identity(self) -> Dict[str, str]:
+        """What a resumed run must share besides its settings: the model, how it computes."""
+        ...
+
 
 OUTPUT_FORMATS = ("all", "top", "average")
 SENTENCE_TO_INDEX = "sentence_to_index"
@@ -85,6 +96,9 @@ class _RunSettings:
     stateful: bool
     use_sentence_keys: bool
     allow_empty_lines: bool
+    model: str
+    precision: str
+    device: str
 
 
 @dataclass
@@ -141,15 +155,69 @@ def embed_file(
         raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
     if batch_size < 1:
         raise ConfigurationError(f"batch_size must be positive, got {batch_size}")
-    stateful = embedder.stateful
-    if stateful:
-        chunk_size = -(-chunk_size // batch_size) * batch_size
+    if chunk_size < 1:
+        raise ConfigurationError(f"chunk_size must be positive (lines per chunk), got {chunk_size}")
+    _check_paths(input_path, output_path, overwrite)
+    with _sole_writer(output_path):
+        _embed_file(
+            embedder, input_path, output_path, output_format, batch_size, forget_sentences,
+            use_sentence_keys, allow_empty_lines, resume, overwrite, chunk_size,
+        )
+
+
+def _check_paths(input_path: str, output_path: str, overwrite: bool) -> None:
+    """Everything about the paths that can be known before any work."""
     if not os.path.isfile(input_path):
         raise ConfigurationError(f"Input file {input_path} does not exist")
+    if os.path.isdir(output_path):
+        raise ConfigurationError(f"Output {output_path} is a directory; give the HDF5 file to write")
+    if os.path.exists(output_path) and os.path.samefile(input_path, output_path):
+        raise ConfigurationError(
+            f"Output {output_path} is the input file; writing it would destroy the input"
+        )
     if os.path.exists(output_path) and not overwrite:
         raise ConfigurationError(
             f"Output file {output_path} already exists; pass --overwrite to replace it"
         )
+    os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+
+
+@contextlib.contextmanager
+def _sole_writer(output_path: str) -> Iterator[None]:
+    """Holds `OUTPUT.lock` for the run: a second run on the same output is refused."""
+    lock_path = output_path + ".lock"
+    lock = filelock.FileLock(lock_path)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout as error:
+        raise ConfigurationError(
+            f"Another process is writing {output_path} (it holds {lock_path}); wait for it to "
+            "finish, or write to another output"
+        ) from error
+    try:
+        yield
+    finally:
+        lock.release()
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)
+
+
+def _embed_file(
+    embedder: SentenceEmbedder,
+    input_path: str,
+    output_path: str,
+    output_format: str,
+    batch_size: int,
+    forget_sentences: bool,
+    use_sentence_keys: bool,
+    allow_empty_lines: bool,
+    resume: bool,
+    overwrite: bool,
+    chunk_size: int,
+) -> None:
+    stateful = embedder.stateful
+    if stateful:
+        chunk_size = -(-chunk_size // batch_size) * batch_size
     partial_dir = output_path + ".partial"
     if os.path.exists(partial_dir) and not resume:
         if not overwrite:
@@ -170,31 +238,49 @@ def embed_file(
         stateful=stateful,
         use_sentence_keys=use_sentence_keys,
         allow_empty_lines=allow_empty_lines,
+        **embedder.identity(),
     )
     done_chunks = _prepare_partial_dir(partial_dir, settings, resume)
-
-    if stateful:
-        embedder.batch_start_state.reset()
-        if done_chunks:
-            _restore_carried_state(embedder, os.path.join(partial_dir, _chunk_name(max(done_chunks))))
-
     num_chunks = -(-summary.num_lines // chunk_size)
+    done_chunks = _intact_chunks(partial_dir, done_chunks, chunk_size, summary.num_lines)
+
+    embedder.batch_start_state.reset()
+    # Stateful: whether the carried state is the one at the end of the previous chunk.
+    state_follows_previous_chunk = True
     progress = Tqdm.tqdm(total=summary.num_lines, unit="sentences", desc="embedding")
     tokens_done = 0
     start_time = time.monotonic()
     for chunk_index, lines in _read_chunks(input_path, chunk_size):
         if chunk_index in done_chunks:
             progress.update(len(lines))
+            state_follows_previous_chunk = False
             continue
-        _embed_chunk(
-            embedder, os.path.join(partial_dir, _chunk_name(chunk_index)), chunk_index * chunk_size,
-            lines, batch_size, output_format,
-        )
+        if stateful and not state_follows_previous_chunk:
+            _restore_carried_state(embedder, os.path.join(partial_dir, _chunk_name(chunk_index - 1)))
+            state_follows_previous_chunk = True
+        chunk_path = os.path.join(partial_dir, _chunk_name(chunk_index))
+        try:
+            _embed_chunk(embedder, chunk_path, chunk_index * chunk_size, lines, batch_size, output_format)
+        except OSError as error:
+            raise OSError(
+                error.errno,
+                f"Cannot write {chunk_path} ({error}); the chunks finished before it are kept in "
+                f"{partial_dir}: free the space (or fix the problem) and run the same command with "
+                "--resume",
+            ) from error
         tokens_done += sum(len(line.split()) for line in lines)
         progress.update(len(lines))
         progress.set_postfix(tokens_per_s=f"{tokens_done / max(time.monotonic() - start_time, 1e-9):.0f}")
     progress.close()
-    _merge(partial_dir, output_path, num_chunks, input_path, use_sentence_keys, forget_sentences)
+    try:
+        _merge(partial_dir, output_path, num_chunks, input_path, use_sentence_keys, forget_sentences)
+    except OSError as error:
+        raise OSError(
+            error.errno,
+            f"Cannot write {output_path} ({error}); nothing was written under that name and the "
+            f"finished chunks are kept in {partial_dir}: free the space (or fix the problem) and "
+            "run the same command with --resume",
+        ) from error
     shutil.rmtree(partial_dir)
     logger.info("Wrote %d sentences (%d tokens) to %s", summary.num_lines, summary.num_tokens, output_path)
 
@@ -262,7 +348,7 @@ def _chunk_name(chunk_index: int) -> str:
     return f"chunk_{chunk_index:07d}.hdf5"
 
 
-def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool) -> set:
+def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool) -> Set[int]:
     manifest_path = os.path.join(partial_dir, "settings.json")
     if resume and os.path.exists(manifest_path):
         with open(manifest_path) as handle:
@@ -271,8 +357,12 @@ def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool)
             differing = sorted(k for k in earlier if earlier.get(k) != asdict(settings).get(k))
             raise ConfigurationError(
                 f"Cannot resume from {partial_dir}: it was started with different "
-                f"{', '.join(differing)}; pass --overwrite to start over"
+                f"{', '.join(differing)} (a resumed run must compute what the first one did); "
+                "pass --overwrite to start over"
             )
+        for name in os.listdir(partial_dir):
+            if name.startswith("."):  # a chunk that was being written when the run stopped
+                os.remove(os.path.join(partial_dir, name))
         done = {
             int(name[len("chunk_") : -len(".hdf5")])
             for name in os.listdir(partial_dir)
@@ -286,6 +376,30 @@ def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool)
     with open(manifest_path, "w") as handle:
         json.dump(asdict(settings), handle, indent=2)
     return set()
+
+
+def _intact_chunks(partial_dir: str, done: Set[int], chunk_size: int, num_lines: int) -> Set[int]:
+    """
+    The finished chunks that hold every line they should; a damaged one (a power loss before
+    its data reached the disk, a file changed by hand) is removed, to be embedded again.
+    """
+    intact = set()
+    for chunk_index in sorted(done):
+        path = os.path.join(partial_dir, _chunk_name(chunk_index))
+        expected = {str(i) for i in range(chunk_index * chunk_size, min((chunk_index + 1) * chunk_size, num_lines))}
+        try:
+            with h5py.File(path, "r") as handle:
+                keys = {name for name in handle if not name.startswith("_")}
+        except OSError as error:
+            problem = f"unreadable ({error})"
+        else:
+            if keys == expected:
+                intact.add(chunk_index)
+                continue
+            problem = f"holds {len(keys & expected)} of its {len(expected)} lines"
+        logger.warning("%s is damaged: %s; embedding that chunk again", path, problem)
+        os.remove(path)
+    return intact
 
 
 def _read_chunks(input_path: str, chunk_size: int) -> Iterator[Tuple[int, List[str]]]:
@@ -342,29 +456,57 @@ def _embed_chunk(
     stateful = embedder.stateful
     tokenized = [line.split() for line in lines]
     with atomic_output_path(chunk_path, suffix=".tmp") as temporary_path:
-        with h5py.File(temporary_path, "w") as handle:
+        with _hdf5_for_writing(temporary_path) as handle:
             for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
                 embeddings = embedder.embed_batch([tokenized[p] for p in positions])
                 for position, embedding in zip(positions, embeddings):
-                    handle.create_dataset(
-                        str(first_line + position),
-                        data=_reduce(embedding, output_format).astype(numpy.float32),
-                    )
+                    with _hdf5_errors_as_os_errors():
+                        handle.create_dataset(
+                            str(first_line + position),
+                            data=_reduce(embedding, output_format).astype(numpy.float32),
+                        )
             carried = embedder.batch_start_state.get()
             if stateful and carried is not None:
-                handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
-                handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
+                with _hdf5_errors_as_os_errors():
+                    handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
+                    handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
+
+
+@contextlib.contextmanager
+def _hdf5_errors_as_os_errors() -> Iterator[None]:
+    # HDF5 reports a failed write (a full disk, a file-size limit) as OSError or RuntimeError,
+    # with a message over several lines: one OSError with its errno and a one-line message.
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        raise OSError(getattr(error, "errno", None), " ".join(str(error).split())) from error
+
+
+@contextlib.contextmanager
+def _hdf5_for_writing(path: str) -> Iterator[h5py.File]:
+    """An HDF5 file open for writing whose write errors are `OSError`s (see above); when the
+    body fails, closing it cannot replace that error (the file is discarded anyway)."""
+    with _hdf5_errors_as_os_errors():
+        handle = h5py.File(path, "w")
+    try:
+        yield handle
+    except BaseException:
+        with contextlib.suppress(Exception):
+            handle.close()
+        raise
+    with _hdf5_errors_as_os_errors():
+        handle.close()
 
 
 def _restore_carried_state(embedder: SentenceEmbedder, chunk_path: str) -> None:
+    """The carried state as it was at the end of the chunk `chunk_path`."""
+    carried: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
     with h5py.File(chunk_path, "r") as handle:
         if "_carried_state_h" in handle:
-            embedder.batch_start_state.set(
-                tuple(  # type: ignore
-                    torch.from_numpy(handle[name][...])
-                    for name in ("_carried_state_h", "_carried_state_c")
-                )
+            carried = tuple(  # type: ignore
+                torch.from_numpy(handle[name][...]) for name in ("_carried_state_h", "_carried_state_c")
             )
+    embedder.batch_start_state.set(carried)
 
 
 def _merge(
@@ -380,7 +522,7 @@ def _merge(
         sentence_to_index: Dict[str, str] = {}
         duplicates = 0
         line_iterator = _iterate_lines(input_path)
-        with h5py.File(temporary_path, "w") as output:
+        with _hdf5_for_writing(temporary_path) as output:
             for chunk_index in range(num_chunks):
                 with h5py.File(os.path.join(partial_dir, _chunk_name(chunk_index)), "r") as chunk:
                     indices = sorted(int(name) for name in chunk if not name.startswith("_"))
@@ -398,11 +540,13 @@ def _merge(
                             key = str(index)
                             if not forget_sentences:
                                 sentence_to_index.setdefault(sentence, key)
-                        chunk.copy(chunk[str(index)], output, name=key)
+                        with _hdf5_errors_as_os_errors():
+                            chunk.copy(chunk[str(index)], output, name=key)
             if not forget_sentences and not use_sentence_keys:
                 # 0.9's layout: a (1,) string dataset, read as json.loads(file[...][0]).
-                mapping = output.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
-                mapping[0] = json.dumps(sentence_to_index)
+                with _hdf5_errors_as_os_errors():
+                    mapping = output.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
+                    mapping[0] = json.dumps(sentence_to_index)
         if duplicates:
             logger.warning(
                 "%d repeated sentences were stored once each under their sentence key", duplicates

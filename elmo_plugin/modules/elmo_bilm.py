@@ -2,7 +2,9 @@
 The pre-trained biLM: token layer + LSTM stack, loaded from its files, returning all of its
 layers.
 """
+import hashlib
 import itertools
+import json
 import logging
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -218,6 +220,20 @@ class ElmoBiLm(torch.nn.Module):
     def weight_arrays(self) -> Dict[str, numpy.ndarray]:
         """The parameters as the datasets of the weight layout (see `layout`)."""
         return {**self._token_embedder.arrays_from_parameters(), **self._elmo_lstm.arrays_from_parameters()}
+
+    def fingerprint(self) -> str:
+        """
+        A digest of the biLM: its options and every weight and vocabulary entry, whatever file
+        or format they came from (the same model read from a zip or from its files has one).
+        """
+        digest = hashlib.sha256(json.dumps(self.options.to_dict(), sort_keys=True).encode())
+        for name, array in sorted(self.weight_arrays().items()):
+            digest.update(name.encode())
+            if array.dtype == object:
+                digest.update("\n".join(map(str, array)).encode())
+            else:
+                digest.update(numpy.ascontiguousarray(array, dtype=numpy.float32).tobytes())
+        return digest.hexdigest()
 
     # The deterministic start state (`elmo_plugin.modules.start_state`).
 

@@ -52,7 +52,16 @@ def resolve_elmo_file(path_or_url: str, description: str) -> str:
             ) from error
     elif scheme in ("", "file") and not os.path.exists(path_or_url.replace("file://", "", 1)):
         raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
-    return str(file_utils.cached_path(path_or_url))
+    try:
+        return str(file_utils.cached_path(path_or_url))
+    except Exception as error:  # each remote store (s3, gs, hf) raises its client library's errors
+        if scheme in ("", "file"):
+            raise
+        raise ConfigurationError(
+            f"Cannot download the {description} {path_or_url}: {type(error).__name__}: {error}. "
+            f"Check the URL and your {scheme}:// credentials and network, or download the file "
+            "yourself and pass its local path."
+        ) from error
 
 
 _ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")

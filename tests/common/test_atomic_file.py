@@ -38,3 +38,17 @@ def test_write_text_atomically_writes_utf8(tmp_path):
     target = tmp_path / "words.txt"
     write_text_atomically(str(target), "über 東京\n")
     assert target.read_bytes() == "über 東京\n".encode("utf-8")
+
+
+def test_the_data_and_the_rename_are_flushed_to_the_disk(tmp_path, monkeypatch):
+    flushed = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda descriptor: flushed.append(os.readlink(f"/proc/self/fd/{descriptor}"))
+                        or real_fsync(descriptor))
+    target = tmp_path / "out.txt"
+    with atomic_output_path(str(target)) as temporary:
+        with open(temporary, "w") as handle:
+            handle.write("done")
+        assert flushed == []
+    # The temporary file before the rename, then the directory that records the rename.
+    assert flushed == [temporary, str(tmp_path)]

@@ -2,6 +2,7 @@
 import logging
 
 import pytest
+from allennlp.common import file_utils
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.weights.files import resolve_elmo_file
@@ -39,3 +40,16 @@ def test_an_unreachable_url_without_a_cached_copy_says_what_to_do(cache_director
     server.stop()
     with pytest.raises(ConfigurationError, match="Cannot download the ELMo weight file .*pass its local path"):
         resolve_elmo_file(url, "ELMo weight file")
+
+
+def test_other_remote_stores_get_a_clear_error(cache_directory, monkeypatch):
+    # What botocore raises without network or credentials, named with the URL and what to do.
+    from botocore.exceptions import EndpointConnectionError
+
+    def unreachable(*arguments, **keywords):
+        raise EndpointConnectionError(endpoint_url="https://bucket.s3.amazonaws.com/elmo.hdf5")
+
+    monkeypatch.setattr(file_utils, "cached_path", unreachable)
+    with pytest.raises(ConfigurationError, match=r"Cannot download the ELMo weight file s3://bucket/elmo.hdf5: "
+                                                 r"EndpointConnectionError: .*s3:// credentials and network"):
+        resolve_elmo_file("s3://bucket/elmo.hdf5", "ELMo weight file")

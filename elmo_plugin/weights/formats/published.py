@@ -107,8 +107,20 @@ def read_weight_file(path: str, options: ElmoOptions, source: str) -> Dict[str, 
             f"(truncated or of another format?): {error}"
         ) from error
     arrays: Dict[str, numpy.ndarray] = {}
+    expected_shapes = layout.dataset_shapes(options)
     with handle:
-        for name, expected_shape in layout.dataset_shapes(options).items():
+        in_file: List[str] = []
+        handle.visititems(lambda name, node: in_file.append(name) if isinstance(node, h5py.Dataset) else None)
+        unexpected = sorted(set(in_file) - set(expected_shapes))
+        if unexpected:
+            shown = ", ".join(f"'{name}'" for name in unexpected[:5])
+            raise ConfigurationError(
+                f"ELMo weight file {source} holds {len(unexpected)} dataset(s) that the options do "
+                f"not describe ({shown}{', ...' if len(unexpected) > 5 else ''}): the options and "
+                "the weights are of different biLMs (more highway layers, LSTM layers or filters "
+                "in the file than in the options?)."
+            )
+        for name, expected_shape in expected_shapes.items():
             if name not in handle or not isinstance(handle[name], h5py.Dataset):
                 raise ConfigurationError(
                     f"ELMo weight file {source} has no dataset '{name}' "

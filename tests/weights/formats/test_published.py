@@ -115,3 +115,14 @@ class TestPublishedFormat(AllenNlpTestCase):
         with pytest.raises(ConfigurationError, match="Cannot download the ELMo options file http://127.0.0.1"):
             ElmoBiLm(f"http://127.0.0.1:{port}/options.json", ELMO_WEIGHT_FILE)
         assert time.monotonic() - start < 10
+
+    def test_options_that_describe_less_than_the_file_holds_are_refused(self):
+        # n_highway 1 against a file with two highway layers; n_layers 1 against two LSTM layers.
+        for key, value, dataset in (("char_cnn.n_highway", 1, "CNN_high_1/W_carry"),
+                                    ("lstm.n_layers", 1, "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B")):
+            raw = ElmoOptions.from_file(ELMO_OPTIONS_FILE).to_dict()
+            section, name = key.split(".")
+            raw[section][name] = value
+            with pytest.raises(ConfigurationError, match=f"holds .* dataset\\(s\\) that the options do not describe "
+                                                         f"\\(.*'{dataset}'"):
+                ElmoBiLm(ElmoOptions.from_dict(raw), ELMO_WEIGHT_FILE)
