@@ -31,6 +31,20 @@ def read_hdf5(path):
         return {key: handle[key][...] for key in handle}
 
 
+def interrupt_after(embedder, batches):
+    """Makes `embedder` raise KeyboardInterrupt (as Ctrl-C would) after `batches` batches."""
+    calls = {"n": 0}
+    original = embedder.embed_batch
+
+    def flaky(batch):
+        calls["n"] += 1
+        if calls["n"] > batches:
+            raise KeyboardInterrupt
+        return original(batch)
+
+    embedder.embed_batch = flaky
+
+
 class EmbedFileTestCase(AllenNlpTestCase):
     def setup_method(self):
         super().setup_method()
@@ -163,18 +177,6 @@ class TestEmbedFile(EmbedFileTestCase):
 
 
 class TestResume(EmbedFileTestCase):
-    def interrupt_after(self, embedder, batches):
-        calls = {"n": 0}
-        original = embedder.embed_batch
-
-        def flaky(batch):
-            calls["n"] += 1
-            if calls["n"] > batches:
-                raise KeyboardInterrupt
-            return original(batch)
-
-        embedder.embed_batch = flaky
-
     @pytest.mark.parametrize("stateful", [False, True])
     def test_resume_equals_uninterrupted_run(self, stateful):
         lines = [" ".join(["w%d" % j for j in range(1 + (i * 7) % 11)]) for i in range(40)]
@@ -184,7 +186,7 @@ class TestResume(EmbedFileTestCase):
         expected = read_hdf5(self.embed(path, "uninterrupted.hdf5", embedder=fresh, **options))
 
         interrupted = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
-        self.interrupt_after(interrupted, 5)
+        interrupt_after(interrupted, 5)
         output = str(self.TEST_DIR / "resumed.hdf5")
         with pytest.raises(KeyboardInterrupt):
             interrupted.embed_file(path, output, **options)
@@ -230,7 +232,7 @@ class TestResume(EmbedFileTestCase):
 
     def test_resume_refuses_other_settings(self):
         path = self.write_input(SENTENCES)
-        self.interrupt_after(self.embedder, 1)
+        interrupt_after(self.embedder, 1)
         with pytest.raises(KeyboardInterrupt):
             self.embed(path, batch_size=1, chunk_size=2)
         with pytest.raises(ConfigurationError, match="different batch_size"):

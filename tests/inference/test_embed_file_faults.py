@@ -18,7 +18,7 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.weights.random_weights import write_random_elmo
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, fixture_options
-from tests.inference.test_embed_file import SENTENCES, EmbedFileTestCase, read_hdf5
+from tests.inference.test_embed_file import SENTENCES, EmbedFileTestCase, interrupt_after, read_hdf5
 
 LINES = [" ".join(f"w{j}" for j in range(1 + (i * 7) % 11)) for i in range(40)]
 
@@ -27,16 +27,7 @@ class TestResumeRefusesToMix(EmbedFileTestCase):
     def interrupted_run(self, **options):
         path = self.write_input(LINES)
         embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
-        original = embedder.embed_batch
-        calls = {"n": 0}
-
-        def interrupt(batch):
-            calls["n"] += 1
-            if calls["n"] > 3:
-                raise KeyboardInterrupt
-            return original(batch)
-
-        embedder.embed_batch = interrupt
+        interrupt_after(embedder, 3)
         with pytest.raises(KeyboardInterrupt):
             self.embed(path, embedder=embedder, batch_size=4, chunk_size=8, **options)
         return path
@@ -111,15 +102,7 @@ class TestDamagedChunks(EmbedFileTestCase):
                                         embedder=ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful),
                                         **options))
         embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
-        original, calls = embedder.embed_batch, {"n": 0}
-
-        def interrupt(batch):
-            calls["n"] += 1
-            if calls["n"] > 7:
-                raise KeyboardInterrupt
-            return original(batch)
-
-        embedder.embed_batch = interrupt
+        interrupt_after(embedder, 7)
         with pytest.raises(KeyboardInterrupt):
             self.embed(path, embedder=embedder, **options)
         partial = self.TEST_DIR / "out.hdf5.partial"
