@@ -17,13 +17,18 @@ from elmo_plugin.data.bilm_corpus_reader import (
     LM_NAMESPACE,
     TARGETS_KEY,
 )
-from elmo_plugin.data.bilm_vocabulary import SPECIAL_TOKENS, BiLmVocabulary
+from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
+from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
+from elmo_plugin.training.oov_rate import OutOfVocabularyRate
 from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
+
+# Above this share of <UNK> targets, evaluation warns that the perplexity flatters the model.
+OOV_RATE_WARNING = 0.05
 
 
 @Model.register("elmo_bilm")
@@ -41,7 +46,9 @@ class ElmoBiLmModel(Model):
     the exact perplexity. Metrics: `forward_perplexity`, `backward_perplexity` and
     `perplexity` (of both directions' tokens together, i.e. exp of the mean of the two mean
     losses, bilm-tf's "average perplexity"); during training they come from the sampled
-    softmax and are lower than the true perplexity. Bits per character are not reported: a
+    softmax and are lower than the true perplexity. Beside them `oov_rate`, and in
+    evaluation `in_vocabulary_perplexity` (see `get_metrics`). Bits per character are not
+    reported: a
     word-level model with `<UNK>` does not assign a probability to the characters of an
     unknown word, so any per-character figure would not be an honest code length.
 
@@ -131,6 +138,11 @@ class ElmoBiLmModel(Model):
             # projection_dim wide, as the word vectors are).
             self._softmax_loss.softmax_w = self._bilm.token_embedder.embedding.weight
         self._perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
+        # Evaluation only (full softmax): the perplexity over targets that are not <UNK>.
+        self._in_vocabulary_perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
+        self._oov_rate = OutOfVocabularyRate()
+        self._unknown_id = vocab.get_token_index(UNKNOWN_TOKEN, LM_NAMESPACE)
+        self._warned_about_oov_rate = False
         # Carried LSTM state for packed windows, one per mode (training data and validation
         # data are different streams): (state, step of the batch that produced it).
         self._carried: Dict[bool, Optional[Tuple[LstmState, int]]] = {True: None, False: None}
@@ -211,9 +223,19 @@ class ElmoBiLmModel(Model):
             ("forward", forward_output, forward_targets, forward_mask),
             ("backward", backward_output, backward_targets, backward_mask),
         ):
-            nll_sum = self._softmax_loss(outputs[mask], targets[mask])
+            predicted, wanted = outputs[mask], targets[mask]
+            known = wanted != self._unknown_id
+            if self.training:
+                nll_sum = self._softmax_loss(predicted, wanted)
+            else:
+                # The full softmax, token by token: the in-vocabulary perplexity needs each loss.
+                token_nll = -self.log_probabilities(predicted).gather(-1, wanted.unsqueeze(-1)).squeeze(-1)
+                nll_sum = token_nll.sum()
+                self._in_vocabulary_perplexities[direction](token_nll[known].sum(), known.sum())
             count = mask.sum()
             self._perplexities[direction](nll_sum, count)
+            if direction == "forward":  # both directions predict the same words
+                self._oov_rate(int(count - known.sum()), int(count))
             mean_nll = nll_sum / count.clamp(min=1)
             output[f"{direction}_loss"] = mean_nll
             direction_losses.append(mean_nll)
@@ -331,12 +353,32 @@ class ElmoBiLmModel(Model):
 
     @overrides
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        """
+        `forward_perplexity`, `backward_perplexity`, `perplexity` (both directions' targets
+        together), `oov_rate` (the share of targets that are `<UNK>`: a perplexity on a text
+        that the vocabulary mostly misses is low and means little), and in evaluation
+        `in_vocabulary_perplexity` (over targets that are not `<UNK>`).
+        """
         forward_nll, forward_tokens = self._perplexities["forward"].totals()
         backward_nll, backward_tokens = self._perplexities["backward"].totals()
-        return {
+        metrics = {
             "forward_perplexity": self._perplexities["forward"].get_metric(reset),
             "backward_perplexity": self._perplexities["backward"].get_metric(reset),
-            "perplexity": perplexity_of(
-                forward_nll + backward_nll, forward_tokens + backward_tokens
-            ),
+            "perplexity": perplexity_of(forward_nll + backward_nll, forward_tokens + backward_tokens),
+            "oov_rate": self._oov_rate.get_metric(reset),
         }
+        known = [self._in_vocabulary_perplexities[d].totals() for d in ("forward", "backward")]
+        if known[0][1] + known[1][1] > 0:
+            metrics["in_vocabulary_perplexity"] = perplexity_of(known[0][0] + known[1][0], known[0][1] + known[1][1])
+            if metrics["oov_rate"] > OOV_RATE_WARNING and not self._warned_about_oov_rate:
+                logger.warning(
+                    "%.1f%% of the evaluated targets are <UNK>, which this biLM predicts as one word: "
+                    "its perplexity on this text is lower than a full vocabulary's would be. "
+                    "Compare in_vocabulary_perplexity, or models with the same vocabulary.",
+                    100 * metrics["oov_rate"],
+                )
+                self._warned_about_oov_rate = True
+        if reset:
+            for metric in self._in_vocabulary_perplexities.values():
+                metric.reset()
+        return metrics

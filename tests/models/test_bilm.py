@@ -65,6 +65,23 @@ def test_allennlp_evaluate_reports_the_full_softmax_perplexity(trained_tiny_bilm
         assert metrics[key] == pytest.approx(validation[f"best_validation_{key}"], rel=1e-5), key
 
 
+def test_evaluation_reports_the_oov_rate_and_the_in_vocabulary_perplexity(trained_tiny_bilm, tmp_path, caplog):
+    archive = str(trained_tiny_bilm / "model.tar.gz")
+    # 8 words, 3 of them outside the 32-word vocabulary, and </S>: 3 of 9 forward targets.
+    text = tmp_path / "text.txt"
+    text.write_text("the zebra of neural quokka language models ocelot\n")
+    metrics = evaluate_from_archive(archive, str(text))
+    assert metrics["oov_rate"] == pytest.approx(3 / 9)
+    assert metrics["in_vocabulary_perplexity"] != pytest.approx(metrics["perplexity"])
+    assert "33.3% of the evaluated targets are <UNK>" in caplog.text
+    # On text the vocabulary covers, nothing is unknown and the two perplexities agree.
+    covered = tmp_path / "covered.txt"
+    covered.write_text("the neural language models use embeddings of words .\n")
+    metrics = evaluate_from_archive(archive, str(covered))
+    assert metrics["oov_rate"] == 0.0
+    assert metrics["in_vocabulary_perplexity"] == pytest.approx(metrics["perplexity"])
+
+
 def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax():
     vocabulary = BiLmVocabulary.from_bilm_corpus(vocab_file=BILM_VOCAB_FILE)
     model = ElmoBiLmModel(
