@@ -12,6 +12,7 @@ import allennlp_models.structured_prediction  # noqa: F401  (srl reader and mode
 import allennlp_models.tagging  # noqa: F401  (conll2000/conll2003 readers, crf_tagger)
 import pytest
 import torch
+from allennlp.commands.evaluate import evaluate_from_archive
 from allennlp.commands.train import train_model_from_file
 from allennlp.common import Params
 from allennlp.common.testing import AllenNlpTestCase
@@ -40,6 +41,25 @@ TASK_CONFIGS = {
     "pos_elmo.jsonnet": ("POS", TASKS / "pos.txt", "accuracy"),
     "sentiment_elmo.jsonnet": ("SENTIMENT", TASKS / "sentiment.jsonl", "accuracy"),
 }
+
+
+def data_with_an_unseen_label(config: str, directory) -> str:
+    """Test data in the task's format holding a label its tiny training data lacks."""
+    if config == "chunking_elmo.jsonnet":  # LST: the list-marker chunk of CoNLL-2000's test set
+        path = directory / "test.txt"
+        path.write_text("1 LS B-LST\nCats NNS B-NP\nsleep VBP B-VP\n. . O\n")
+    elif config == "ner_elmo.jsonnet":  # MISC
+        path = directory / "test.txt"
+        path.write_text("-DOCSTART- -X- -X- O\n\nEuropean JJ I-NP I-MISC\nleaders NNS I-NP O\n")
+    elif config == "pos_elmo.jsonnet":  # UH
+        path = directory / "test.txt"
+        path.write_text("Oh/UH ,/, the/DT cat/NN sat/VBD ./.\n")
+    else:  # SRL: ARGM-TMP becomes ARGM-PRX, a role of OntoNotes that the fixture lacks
+        path = directory / "srl_test"
+        path.mkdir()
+        fixture = (SHARED_FIXTURES / "srl" / "example.gold_conll").read_text()
+        (path / "example.gold_conll").write_text(fixture.replace("(ARGM-TMP*", "(ARGM-PRX*"))
+    return str(path)
 
 
 def task_environment(config: str, **elmo_variables: str):
@@ -71,6 +91,12 @@ class TestTaskConfigs(AllenNlpTestCase):
         assert math.isfinite(metrics["training_loss"])
         validation_metric = TASK_CONFIGS[config][2]
         assert 0.0 <= metrics[f"validation_{validation_metric}"] <= 1.0
+        if config != "sentiment_elmo.jsonnet":  # tagging tasks: test data may hold unseen labels
+            with mock.patch.dict(os.environ, environment, clear=True):
+                test_metrics = evaluate_from_archive(
+                    str(serialization_dir / "model.tar.gz"), data_with_an_unseen_label(config, self.TEST_DIR)
+                )
+            assert 0.0 <= test_metrics[validation_metric] <= 1.0
 
         embedders = [module for module in model.modules() if isinstance(module, ElmoTokenEmbedder)]
         assert len(embedders) == 1 and type(embedders[0]) is ElmoTokenEmbedder

@@ -6,7 +6,9 @@ local word_dim = 50;
 local character_dim = 128;
 
 {
-  config(reader, train_data_path, validation_data_path):: {
+  // labels: every label of the task (labels.libsonnet), so that test data may hold labels the
+  // training data lacks.
+  config(reader, train_data_path, validation_data_path, labels):: {
     dataset_reader: reader {
       convert_to_coding_scheme: 'BIOUL',
       token_indexers: {
@@ -17,6 +19,7 @@ local character_dim = 128;
     },
     train_data_path: train_data_path,
     validation_data_path: validation_data_path,
+    vocabulary: { tokens_to_add: { labels: labels } },
     model: {
       type: 'crf_tagger',
       label_encoding: 'BIOUL',

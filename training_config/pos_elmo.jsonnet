@@ -24,6 +24,10 @@ local character_dim = 64;
   },
   train_data_path: std.extVar('POS_TRAIN_DATA_PATH'),
   validation_data_path: std.extVar('POS_VALIDATION_DATA_PATH'),
+  // Tag sets differ between corpora (the Brown corpus's compound tags, PTB's 45), so the labels
+  // get an unknown entry instead of a fixed list: a tag the training data lacks is an error of
+  // the tagger on test data, not a crash.
+  vocabulary: { non_padded_namespaces: ['*tags'] },
   model: {
     type: 'simple_tagger',
     text_field_embedder: {

@@ -10,6 +10,7 @@
 // see elmo.libsonnet (the published original ELMo unless ELMO_* variables say otherwise).
 // Span F1 is computed by the official srl-eval.pl (needs `perl`).
 local elmo = import 'elmo.libsonnet';
+local labels = import 'labels.libsonnet';
 local verb_indicator_dim = 100;
 
 {
@@ -19,6 +20,7 @@ local verb_indicator_dim = 100;
   },
   train_data_path: std.extVar('SRL_TRAIN_DATA_PATH'),
   validation_data_path: std.extVar('SRL_VALIDATION_DATA_PATH'),
+  vocabulary: { tokens_to_add: { labels: labels.bio(labels.srl_roles) } },
   model: {
     type: 'srl',
     text_field_embedder: {

@@ -1,7 +1,7 @@
 """The share of predicted tokens that are unknown words, over all batches (and workers)."""
-from overrides import overrides
 from allennlp.nn.util import dist_reduce_sum
 from allennlp.training.metrics.metric import Metric
+from overrides import overrides
 
 
 class OutOfVocabularyRate(Metric):
