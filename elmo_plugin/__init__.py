@@ -26,10 +26,13 @@ from elmo_plugin.data import (  # noqa: E402
 )
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader  # noqa: E402
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary  # noqa: E402
+from elmo_plugin.data.bilm_window_loader import BiLmWindowLoader  # noqa: E402,F401
 from elmo_plugin.models import ElmoBiLmModel  # noqa: E402
+from elmo_plugin.models.training_callback import BiLmTrainingCallback  # noqa: E402,F401
 from elmo_plugin.modules import Elmo, ElmoBiLm, ElmoSettings, ElmoTokenEmbedder  # noqa: E402
 from elmo_plugin.inference import ElmoEmbedder  # noqa: E402
 from elmo_plugin.predictors import ElmoBiLmPredictor  # noqa: E402
+from elmo_plugin.training.checkpointer import AtomicCheckpointer  # noqa: E402,F401
 from elmo_plugin.training.config_environment import (  # noqa: E402
     apply_config_environment_defaults,
 )

@@ -31,6 +31,7 @@ TOP_LEVEL = {PACKAGE, f"{PACKAGE}.__main__"}
 # Training code: what loading and running a pre-trained biLM never needs.
 TRAINING_CODE = (
     f"{PACKAGE}.data.bilm_corpus_reader",
+    f"{PACKAGE}.data.bilm_window_loader",
     f"{PACKAGE}.data.bilm_vocabulary",
     f"{PACKAGE}.models",
     f"{PACKAGE}.training",

@@ -76,7 +76,10 @@ class BiLmCorpusReader(DatasetReader):
         distributed training). Required with `window_size`.
     shuffle : `bool`, optional (default = `False`)
         Shuffle the files and the sentences within each file on every pass, as bilm-tf does
-        for training (the data loader cannot shuffle packed windows).
+        for training (the data loader cannot shuffle packed windows). The order depends on the
+        run's random seed (drawn when the reader is made) and the pass, not on what else drew
+        random numbers: `allennlp train --recover` reads a pass again in the same order. (With
+        the data loader's default, every instance kept in memory, the data is read once.)
     max_sentence_length : `int`, optional (default = `None`)
         Sentence mode only: skip (and count in a warning) sentences with more words.
     tokenizer : `Tokenizer`, optional (default = `WhitespaceTokenizer()`)
@@ -113,6 +116,10 @@ class BiLmCorpusReader(DatasetReader):
         self.window_size = window_size
         self.num_streams = num_streams
         self.shuffle = shuffle
+        self._shuffle_seed = random.getrandbits(64)
+        # Each pass is shuffled by its own generator, so that replaying the data loader up to a
+        # checkpoint (`--recover`) gives the same passes whatever else drew random numbers.
+        self._passes_read = 0
         self.max_sentence_length = max_sentence_length
         self._tokenizer = tokenizer or WhitespaceTokenizer()
         self._token_indexers = {
@@ -148,13 +155,15 @@ class BiLmCorpusReader(DatasetReader):
 
     def _sentences(self, paths: List[str], file_path: str) -> Iterator[List[Token]]:
         paths = list(paths)
+        shuffler = random.Random(f"{self._shuffle_seed}:{self._passes_read}")
+        self._passes_read += 1
         if self.shuffle:
-            random.shuffle(paths)
+            shuffler.shuffle(paths)
         total = 0
         for path in paths:
             lines = self._read_lines(path)
             if self.shuffle:
-                random.shuffle(lines)
+                shuffler.shuffle(lines)
             for line in lines:
                 total += 1
                 yield self._tokenizer.tokenize(line)

@@ -27,6 +27,9 @@ from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
 
+# Logits computed at once by the full softmax of evaluation (64 Mi numbers, 256 MiB in float32).
+_FULL_SOFTMAX_BLOCK = 1 << 26
+
 # Above this share of <UNK> targets, evaluation warns that the perplexity flatters the model.
 OOV_RATE_WARNING = 0.05
 
@@ -146,6 +149,10 @@ class ElmoBiLmModel(Model):
         # Carried LSTM state for packed windows, one per mode (training data and validation
         # data are different streams): (state, step of the batch that produced it).
         self._carried: Dict[bool, Optional[Tuple[LstmState, int]]] = {True: None, False: None}
+        # Set by the 'elmo_bilm' trainer callback, which checks the data before the first step
+        # and makes checkpoints that `--recover` continues exactly from.
+        self.trainer_callback_attached = False
+        self._warned_about_trainer_callback = False
 
     @staticmethod
     def _check_vocabulary(vocab: Vocabulary) -> None:
@@ -229,7 +236,7 @@ class ElmoBiLmModel(Model):
                 nll_sum = self._softmax_loss(predicted, wanted)
             else:
                 # The full softmax, token by token: the in-vocabulary perplexity needs each loss.
-                token_nll = -self.log_probabilities(predicted).gather(-1, wanted.unsqueeze(-1)).squeeze(-1)
+                token_nll = self._full_softmax_nll(predicted, wanted)
                 nll_sum = token_nll.sum()
                 self._in_vocabulary_perplexities[direction](token_nll[known].sum(), known.sum())
             count = mask.sum()
@@ -294,6 +301,21 @@ class ElmoBiLmModel(Model):
             weight, bias = weight.weight, bias.weight.squeeze(1)
         return torch.log_softmax(outputs @ weight.t() + bias, dim=-1)
 
+    def _full_softmax_nll(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """
+        -log P(target) under the full softmax for LM outputs (n, dim) and targets (n,): in
+        blocks of rows, so that the (rows, vocabulary) logits stay near `_FULL_SOFTMAX_BLOCK`
+        numbers (a whole validation batch of the original recipe would need 16 GB).
+        """
+        rows = max(1, _FULL_SOFTMAX_BLOCK // self.vocab.get_vocab_size(LM_NAMESPACE))
+        return torch.cat(
+            [
+                -self.log_probabilities(block).gather(-1, block_targets.unsqueeze(-1)).squeeze(-1)
+                for block, block_targets in zip(outputs.split(rows), targets.split(rows))
+            ]
+            or [outputs.new_zeros(0)]
+        )
+
     def score_sentences(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:
         """
         Full-softmax log-probabilities of sentence instances under both LMs (call it in eval
@@ -338,18 +360,57 @@ class ElmoBiLmModel(Model):
                 "batch_size to the reader's num_streams, shuffle to false and num_workers to 0."
             )
         step = steps.pop()
+        if self.training and not self.trainer_callback_attached and not self._warned_about_trainer_callback:
+            self._warned_about_trainer_callback = True
+            logger.warning(
+                "elmo_bilm: training on packed windows without the 'elmo_bilm' trainer callback "
+                "(trainer.callbacks: [{\"type\": \"elmo_bilm\"}], as in "
+                "training_config/bilm/bilm.libsonnet): the validation data is not checked before "
+                "this first step, and `allennlp train --recover` cannot restore the carried LSTM "
+                "state, the random generators or the running metrics."
+            )
         carried = self._carried[self.training]
         batch_size = len(metadata)
         if step == 0 or carried is None or carried[1] != step - 1:
             # The start of a pass over the data (or of a different stream): no history.
             return self._bilm.lstm.zero_state(batch_size, reference)
-        state, _ = carried
+        state = (carried[0][0].to(reference), carried[0][1].to(reference))
         if state[0].size(1) != batch_size:
             raise ConfigurationError(
                 f"elmo_bilm: a batch of {batch_size} windows follows one of "
                 f"{state[0].size(1)}; the data loader's batch_size must equal num_streams."
             )
         return state
+
+    def _metric_objects(self) -> Dict[str, Any]:
+        return {
+            **{f"perplexity_{d}": metric for d, metric in self._perplexities.items()},
+            **{f"in_vocabulary_{d}": metric for d, metric in self._in_vocabulary_perplexities.items()},
+            "oov_rate": self._oov_rate,
+        }
+
+    def recovery_state(self) -> Dict[str, Any]:
+        """
+        What a checkpoint must hold besides the parameters for `allennlp train --recover` to
+        continue an epoch exactly where it stopped (the `elmo_bilm` trainer callback saves it):
+        the LSTM state carried between packed windows (training and validation streams), and
+        the metrics' running totals.
+        """
+        return {
+            "carried": {
+                ("training" if mode else "validation"): None if carried is None else (*carried[0], carried[1])
+                for mode, carried in self._carried.items()
+            },
+            "metrics": {name: dict(vars(metric)) for name, metric in self._metric_objects().items()},
+        }
+
+    def restore_recovery_state(self, state: Dict[str, Any]) -> None:
+        """Continues from `recovery_state()` as a checkpoint saved it."""
+        for mode, name in ((True, "training"), (False, "validation")):
+            carried = state["carried"][name]
+            self._carried[mode] = None if carried is None else ((carried[0], carried[1]), carried[2])
+        for name, metric in self._metric_objects().items():
+            vars(metric).update(state["metrics"][name])
 
     @overrides
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:

@@ -82,6 +82,20 @@ def test_evaluation_reports_the_oov_rate_and_the_in_vocabulary_perplexity(traine
     assert metrics["in_vocabulary_perplexity"] == pytest.approx(metrics["perplexity"])
 
 
+def test_the_full_softmax_of_evaluation_in_blocks_of_rows_gives_the_same_metrics(monkeypatch):
+    torch.manual_seed(BILM_SEED)
+    model = tiny_model(dropout=0.0).eval()
+    reader = BiLmCorpusReader(window_size=10, num_streams=4)
+    data_loader = SimpleDataLoader(list(reader.read(BILM_TRAIN_TEXT)), batch_size=4)
+    data_loader.index_with(model.vocab)
+    whole = evaluate(model, data_loader)
+    # One row at a time (32 words in the vocabulary).
+    monkeypatch.setattr("elmo_plugin.models.bilm._FULL_SOFTMAX_BLOCK", 32)
+    blocks = evaluate(model, data_loader)
+    for key in ("perplexity", "in_vocabulary_perplexity", "oov_rate", "loss"):
+        assert blocks[key] == pytest.approx(whole[key], rel=1e-6), key
+
+
 def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax():
     vocabulary = BiLmVocabulary.from_bilm_corpus(vocab_file=BILM_VOCAB_FILE)
     model = ElmoBiLmModel(
@@ -197,7 +211,7 @@ class TestElmoBiLmModelTrainsSavesAndLoads(ModelTestCase):
                     "trainer.num_epochs": 2,
                     "dataset_reader": {"type": "elmo_bilm_corpus"},
                     "validation_dataset_reader": {"type": "elmo_bilm_corpus"},
-                    "data_loader": {"batch_size": 2, "shuffle": True},
+                    "data_loader": {"type": "multiprocess", "batch_size": 2, "shuffle": True},
                 }
             ),
             seed=BILM_SEED,

@@ -2,7 +2,9 @@
 // `allennlp train` config for the elmo_bilm model. bilm-tf's training recipe is the default:
 // packed windows of 20 predictions with carried LSTM state, 128 streams per batch, a sampled
 // softmax with 8192 negatives, dropout 0.1, Adagrad (lr 0.2, accumulators starting at 1)
-// and the global gradient norm clipped at 10.
+// and the global gradient norm clipped at 10. A checkpoint every 5 minutes within the epoch
+// (written atomically), from which `allennlp train ... --recover` continues exactly; the
+// 'elmo_bilm' trainer callback checks the data against the model before the first step.
 {
   // The architecture, in the options-JSON format of the published ELMo files.
   options(filters, n_highway, cell_dim, projection_dim, n_layers=2, char_dim=16):: {
@@ -48,6 +50,7 @@
     lr=0.2,
     num_epochs=10,
     optimizer=null,  // default: bilm-tf's Adagrad with learning rate `lr`
+    checkpoint_every_seconds=300,
   ):: {
     dataset_reader: {
       type: 'elmo_bilm_corpus',
@@ -60,8 +63,10 @@
     validation_data_path: validation_data_path,
     vocabulary: { type: 'bilm' } + vocabulary,
     model: { type: 'elmo_bilm', dropout: dropout, num_samples: num_samples } + model,
-    // Packed windows reach the model in stream order: batch_size = num_streams, no shuffling.
-    data_loader: { batch_size: num_streams, shuffle: false },
+    // Packed windows reach the model in stream order: one window per stream in each batch, no
+    // shuffling. The 'bilm_windows' loader takes its batch size from its reader's num_streams,
+    // for the validation data too (whose reader may have other streams).
+    data_loader: { type: 'bilm_windows' },
     trainer: {
       optimizer: if optimizer == null
       then { type: 'adagrad', lr: lr, initial_accumulator_value: 1.0 }
@@ -69,6 +74,8 @@
       grad_norm: 10.0,
       num_epochs: num_epochs,
       validation_metric: '-perplexity',
+      checkpointer: { type: 'atomic', save_every_num_seconds: checkpoint_every_seconds },
+      callbacks: [{ type: 'elmo_bilm' }],
     },
   },
 }

@@ -1,0 +1,95 @@
+"""
+The data loader of the biLM's packed windows: its batches are one window per stream of the
+`elmo_bilm_corpus` reader, in stream order, so its batch size is the reader's `num_streams`
+and cannot be set to anything else.
+"""
+from typing import Optional
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data.data_loaders.data_loader import DataLoader
+from allennlp.data.data_loaders.multiprocess_data_loader import MultiProcessDataLoader
+from allennlp.data.dataset_readers.dataset_reader import DatasetReader, DatasetReaderInput
+
+from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
+
+
+@DataLoader.register("bilm_windows")
+class BiLmWindowLoader(MultiProcessDataLoader):
+    """
+    AllenNLP's `MultiProcessDataLoader` with the settings packed windows need: batches of
+    `num_streams` instances taken from the reader, in order, unshuffled (the reader shuffles
+    sentences instead). The validation loader, built from the same parameters with the
+    validation reader, follows that reader's streams.
+
+    # Parameters
+
+    reader : `DatasetReader`
+        An `elmo_bilm_corpus` reader with `window_size` and `num_streams`.
+    data_path : `DatasetReaderInput`
+        What the reader reads.
+    batch_size : `int`, optional
+        Leave it out; if given, it must be the reader's `num_streams`.
+    shuffle : `bool`, optional (default = `False`)
+        Accepted so that configurations written for AllenNLP's loader keep working; `True` is
+        refused, since shuffled windows would break the state carried from one to the next.
+    num_workers : `int`, optional (default = `0`)
+        0 or 1: the windows must reach the model in order.
+    max_instances_in_memory : `int`, optional
+        See `MultiProcessDataLoader` (the reader then shuffles on every pass).
+    batches_per_epoch : `int`, optional
+        See `MultiProcessDataLoader`.
+    cuda_device : `torch.device`, optional
+        See `MultiProcessDataLoader`.
+    quiet : `bool`, optional (default = `False`)
+        See `MultiProcessDataLoader`.
+    """
+
+    def __init__(
+        self,
+        reader: DatasetReader,
+        data_path: DatasetReaderInput,
+        batch_size: Optional[int] = None,
+        shuffle: bool = False,
+        num_workers: int = 0,
+        max_instances_in_memory: Optional[int] = None,
+        batches_per_epoch: Optional[int] = None,
+        cuda_device: Optional[torch.device] = None,
+        quiet: bool = False,
+    ) -> None:
+        where = f"the data loader of {data_path}"
+        if not isinstance(reader, BiLmCorpusReader) or reader.num_streams is None:
+            raise ConfigurationError(
+                f"{where}: 'bilm_windows' loads the packed windows of an 'elmo_bilm_corpus' reader "
+                f"with window_size and num_streams; its reader is {type(reader).__name__}"
+                + ("" if not isinstance(reader, BiLmCorpusReader) else " without them")
+                + ". For sentence instances use AllenNLP's loader: data_loader.type 'multiprocess'."
+            )
+        if batch_size not in (None, reader.num_streams):
+            raise ConfigurationError(
+                f"{where}: batch_size is {batch_size}, but its reader has num_streams "
+                f"{reader.num_streams}; every batch is one window per stream. Leave batch_size out "
+                "(data_loader, validation_data_loader): it follows the reader's num_streams "
+                "(dataset_reader, validation_dataset_reader)."
+            )
+        if shuffle:
+            raise ConfigurationError(
+                f"{where}: shuffle is true; packed windows must reach the model in stream order "
+                "(the reader shuffles sentences before packing them). Leave shuffle out."
+            )
+        if num_workers > 1:
+            raise ConfigurationError(
+                f"{where}: num_workers is {num_workers}; packed windows must reach the model in "
+                "stream order, so use 0 or 1."
+            )
+        super().__init__(
+            reader,
+            data_path,
+            batch_size=reader.num_streams,
+            shuffle=False,
+            num_workers=num_workers,
+            max_instances_in_memory=max_instances_in_memory,
+            batches_per_epoch=batches_per_epoch,
+            cuda_device=cuda_device,
+            quiet=quiet,
+        )

@@ -1,0 +1,83 @@
+"""
+AllenNLP's checkpointer, writing each checkpoint file so that it appears only complete.
+"""
+import errno
+import io
+from typing import Any, BinaryIO, Optional
+
+import torch
+from allennlp.training.checkpointer import Checkpointer
+from allennlp.training.trainer import Trainer
+from overrides import overrides
+
+from elmo_plugin.common.atomic_file import atomic_output_path
+
+
+@Checkpointer.register("atomic")
+class AtomicCheckpointer(Checkpointer):
+    """
+    AllenNLP's `Checkpointer` (every option, e.g. `save_every_num_seconds`, and its retention
+    of the most recent checkpoints), except how the two files of a checkpoint are written.
+    AllenNLP's writes them in place: a kill or a full disk in the middle leaves a truncated file
+    under a checkpoint's name, which `--recover` then loads and fails on, every time. Here each
+    is written to a temporary name, flushed to the disk and renamed (`atomic_output_path`), the
+    model state last, since its name is what marks a checkpoint as there. A failed write leaves
+    the previous checkpoint as the latest and says what happened.
+    """
+
+    @overrides
+    def save_checkpoint(self, trainer: Trainer) -> None:
+        state = None if self._serialization_dir is None else trainer.get_checkpoint_state()
+        if state is not None:
+            epochs = state.trainer_state["epochs_completed"]
+            batches = state.trainer_state["batches_in_epoch_completed"]
+            # Replaced if there: a training state left by a checkpoint that failed at its model
+            # state is not this run's.
+            _save_atomically(state.trainer_state, self._training_state_path(epochs, batches))
+            _save_atomically(state.model_state, self._model_state_path(epochs, batches))
+        # AllenNLP's own method finds both files there and keeps only its bookkeeping:
+        # when it saved last, and removing the checkpoints it does not keep.
+        super().save_checkpoint(trainer)
+
+
+class _RecordingWriter(io.RawIOBase):
+    """
+    A file's writes, keeping the `OSError` of one that fails: torch's writer turns it into a
+    `RuntimeError` that no longer says why (a full disk, a file-size limit).
+    """
+
+    def __init__(self, handle: BinaryIO) -> None:
+        super().__init__()
+        self._handle = handle
+        self.error: Optional[OSError] = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        try:
+            return self._handle.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+
+def _save_atomically(value: Any, path: str) -> None:
+    try:
+        with atomic_output_path(path, suffix=".tmp") as temporary_path:
+            with open(temporary_path, "wb") as handle:
+                writer = _RecordingWriter(handle)
+                try:
+                    torch.save(value, writer)
+                except RuntimeError as error:
+                    if writer.error is None:
+                        raise
+                    raise writer.error from error
+    except OSError as error:
+        full = " (the disk is full)" if error.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+        raise OSError(
+            error.errno,
+            f"Cannot write the checkpoint {path}{full}: {error.strerror or error}. Nothing was "
+            "written under that name; the latest complete checkpoint is kept. Free the space and "
+            "run `allennlp train` again with --recover.",
+        ) from error
