@@ -10,7 +10,7 @@ DEMO_ARGS ?=
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: install test demo
+.PHONY: install test demo tensorflow-fixtures
 
 install: $(INSTALLED)
 
@@ -32,3 +32,11 @@ test: install
 # The whole ELMo recipe on a generated corpus, in minutes: see elmo_plugin/demo/run.py.
 demo: install
 	$(BIN)/python -m elmo_plugin.demo.run $(DEMO_ARGS)
+
+# Remakes tests/fixtures/tensorflow/ with TensorFlow and bilm-tf's own code, in their own
+# environment (requirements-tensorflow.txt); the tests only read what it writes.
+TF_VENV ?= .venv-tensorflow
+tensorflow-fixtures:
+	@test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install -q --no-deps -r requirements-tensorflow.txt
+	$(TF_VENV)/bin/python tests/fixtures/tensorflow/make_fixtures.py

@@ -67,3 +67,6 @@ def bilm_data_overrides(**more: Any) -> str:
     if "vocabulary" not in more:
         overrides["vocabulary.vocab_file"] = BILM_VOCAB_FILE
     return json.dumps(overrides)
+
+# TensorFlow checkpoints and bilm-tf's own outputs (tests/fixtures/tensorflow/make_fixtures.py).
+TENSORFLOW_FIXTURES = TEST_FIXTURES / "tensorflow"

@@ -16,7 +16,7 @@ ALLOWED_IMPORTS: Dict[str, Set[str]] = {
     "common": set(),
     "kernels": {"common"},
     "data": {"common"},
-    "weights": {"common"},
+    "weights": {"common", "data"},
     "modules": {"common", "kernels", "data", "weights"},
     "inference": {"common", "kernels", "data", "weights", "modules"},
     "training": {"common", "data", "weights", "modules"},

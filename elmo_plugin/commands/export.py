@@ -10,7 +10,8 @@ import argparse
 from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
-from elmo_plugin.models.export import VOCABULARY_NAME, export_bilm
+from elmo_plugin.data.vocab_file import VOCAB_FILE_NAME
+from elmo_plugin.models.export import export_bilm
 from elmo_plugin.weights.formats.published import OPTIONS_NAME, WEIGHTS_NAME
 
 
@@ -21,7 +22,7 @@ class ElmoExportCommand(Subcommand):
         description = (
             "Export a trained elmo_bilm model (model.tar.gz or its serialization directory) as "
             f"ELMo files: {OPTIONS_NAME} and {WEIGHTS_NAME} in the published layout, and "
-            f"{VOCABULARY_NAME}."
+            f"{VOCAB_FILE_NAME}."
         )
         subparser = parser.add_parser(
             self.name, description=description, help="Export a trained biLM as ELMo files."
@@ -31,11 +32,17 @@ class ElmoExportCommand(Subcommand):
         subparser.add_argument(
             "--overwrite", action="store_true", help="replace files already in output_directory"
         )
+        subparser.add_argument(
+            "--with-softmax", action="store_true",
+            help="also write the trained softmax and its words into the weight file (for "
+            "fine-tuning from it; ELMo users do not need it, and it can be large)",
+        )
         subparser.set_defaults(func=_export_command)
         return subparser
 
 
 def _export_command(args: argparse.Namespace) -> None:
-    paths = export_bilm(args.archive, args.output_directory, overwrite=args.overwrite)
+    paths = export_bilm(args.archive, args.output_directory, overwrite=args.overwrite,
+                        with_softmax=args.with_softmax)
     for role, path in paths.items():
         print(f"{role}: {path}")

@@ -10,6 +10,9 @@ from allennlp.common.file_utils import cached_path
 from elmo_plugin.common.atomic_file import write_text_atomically
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS
 
+# What bilm-tf, the NLPL models and our exports call the file beside the weights.
+VOCAB_FILE_NAME = "vocab.txt"
+
 
 def read_bilm_vocab_file(vocab_file: str, require_special_tokens: bool = True) -> List[str]:
     """

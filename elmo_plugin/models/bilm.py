@@ -5,6 +5,7 @@ language model over a shared token encoder and a shared softmax.
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
@@ -23,6 +24,7 @@ from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
 from elmo_plugin.training.oov_rate import OutOfVocabularyRate
 from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
+from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
@@ -70,8 +72,11 @@ class ElmoBiLmModel(Model):
     weight_file : `str`, optional
         Weights to start from (fine-tuning), in any format of `elmo_plugin.weights.formats`: a
         published options/weight pair, a model directory or archive (then without `options`
-        or `options_file`; an ELMoForManyLangs model, say). The softmax, which those files do
-        not hold, always starts fresh for this vocabulary.
+        or `options_file`; an ELMoForManyLangs model, a bilm-tf checkpoint, say). The softmax
+        starts from the file's trained one where it holds one (a bilm-tf checkpoint with its
+        vocabulary, `allennlp elmo-import --vocab-file`, `elmo-export --with-softmax`), row by
+        row for the words both vocabularies share; the other rows, and all of them otherwise,
+        start fresh.
     dropout : `float`, optional (default = `0.1`)
         bilm-tf's dropout: on every LSTM layer's input and on the top layer's output.
     num_samples : `int`, optional (default = `8192`)
@@ -123,6 +128,7 @@ class ElmoBiLmModel(Model):
             bias_as_in_file=True,
             lstm_input_dropout=dropout,
             vocabulary=BiLmVocabulary.words(vocab),
+            keep_softmax=True,
         )
         elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)
@@ -132,6 +138,9 @@ class ElmoBiLmModel(Model):
             num_samples=num_samples,
             sparse=sparse_softmax,
         )
+        if self._bilm.file_softmax is not None:
+            self._start_from_trained_softmax(*self._bilm.file_softmax)
+            self._bilm.file_softmax = None
         if elmo_options.share_embedding_softmax:
             if sparse_softmax:
                 raise ConfigurationError(
@@ -153,6 +162,44 @@ class ElmoBiLmModel(Model):
         # and makes checkpoints that `--recover` continues exactly from.
         self.trainer_callback_attached = False
         self._warned_about_trainer_callback = False
+
+    def softmax_arrays(self) -> Dict[str, numpy.ndarray]:
+        """The softmax as the layout's datasets (`softmax/W` unless tied to the word
+        embedding, `softmax/b`, `vocabulary`)."""
+        weight, bias = self._softmax_weight_and_bias()
+        arrays = {
+            layout.SOFTMAX_BIAS: bias.detach().cpu().float().numpy().copy(),
+            layout.VOCABULARY: numpy.array(BiLmVocabulary.words(self.vocab), dtype=object),
+        }
+        if not self._bilm.options.share_embedding_softmax:
+            arrays[layout.SOFTMAX_WEIGHT] = weight.detach().cpu().float().numpy().copy()
+        return arrays
+
+    def _softmax_weight_and_bias(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        weight, bias = self._softmax_loss.softmax_w, self._softmax_loss.softmax_b
+        if isinstance(weight, torch.nn.Embedding):  # sparse_softmax stores them as embeddings
+            weight, bias = weight.weight, bias.weight.squeeze(1)
+        return weight, bias
+
+    def _start_from_trained_softmax(
+        self, file_words: List[str], weight: Optional[numpy.ndarray], bias: numpy.ndarray
+    ) -> None:
+        """Rows of the weight file's softmax for the words both vocabularies share (by word,
+        whatever their ids); the other words keep a fresh row."""
+        softmax_w, softmax_b = self._softmax_weight_and_bias()
+        row_of = {word: row for row, word in enumerate(file_words)}
+        pairs = [(index, row_of[word]) for index, word in enumerate(BiLmVocabulary.words(self.vocab)) if word in row_of]
+        if pairs:
+            ours, theirs = (torch.tensor(side) for side in zip(*pairs))
+            with torch.no_grad():
+                if weight is not None:
+                    softmax_w[ours] = torch.from_numpy(weight[theirs.numpy()]).to(softmax_w)
+                softmax_b[ours] = torch.from_numpy(bias[theirs.numpy()]).to(softmax_b)
+        logger.info(
+            "elmo_bilm: %d of %d softmax rows start from the weight file's trained softmax "
+            "(%d words); the others are new.",
+            len(pairs), self.vocab.get_vocab_size(LM_NAMESPACE), len(file_words),
+        )
 
     @staticmethod
     def _check_vocabulary(vocab: Vocabulary) -> None:
@@ -296,9 +343,7 @@ class ElmoBiLmModel(Model):
 
     def log_probabilities(self, outputs: torch.Tensor) -> torch.Tensor:
         """The full softmax's log-probabilities (natural log) of every word, for LM outputs."""
-        weight, bias = self._softmax_loss.softmax_w, self._softmax_loss.softmax_b
-        if isinstance(weight, torch.nn.Embedding):  # sparse_softmax stores them as embeddings
-            weight, bias = weight.weight, bias.weight.squeeze(1)
+        weight, bias = self._softmax_weight_and_bias()
         return torch.log_softmax(outputs @ weight.t() + bias, dim=-1)
 
     def _full_softmax_nll(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -13,21 +13,25 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
-from elmo_plugin.data.vocab_file import write_bilm_vocab_file
+from elmo_plugin.data.vocab_file import VOCAB_FILE_NAME, write_bilm_vocab_file
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.weights.formats import BiLmWeights, write_bilm_weights
 from elmo_plugin.weights.formats.published import OPTIONS_NAME, WEIGHTS_NAME
 
 logger = logging.getLogger(__name__)
 
-VOCABULARY_NAME = "vocab.txt"
 
 
-def export_bilm(archive: str, output_directory: str, overwrite: bool = False) -> Dict[str, str]:
+
+def export_bilm(
+    archive: str, output_directory: str, overwrite: bool = False, with_softmax: bool = False
+) -> Dict[str, str]:
     """
     Writes the biLM of an `elmo_bilm` archive (or serialization directory) as ELMo files into
     `output_directory`; returns their paths by role (`options`, `weights`, `vocabulary`). Each
-    file is written to a temporary name and renamed when complete.
+    file is written to a temporary name and renamed when complete. `with_softmax` adds the
+    trained softmax and its words to the weight file (`softmax_in_weights`, see `layout`),
+    for fine-tuning to start from; AllenNLP's ELMo and ours ignore them.
     """
     _refuse_to_overwrite(output_directory, overwrite)
     if not os.path.exists(archive):
@@ -37,13 +41,13 @@ def export_bilm(archive: str, output_directory: str, overwrite: bool = False) ->
         raise ConfigurationError(
             f"elmo-export: {archive} holds a {type(model).__name__}, not an elmo_bilm model."
         )
-    paths = export_bilm_model(model, output_directory, overwrite)
+    paths = export_bilm_model(model, output_directory, overwrite, with_softmax)
     logger.info("Exported the biLM of %s to %s", archive, output_directory)
     return paths
 
 
 def export_bilm_model(
-    model: ElmoBiLmModel, output_directory: str, overwrite: bool = False
+    model: ElmoBiLmModel, output_directory: str, overwrite: bool = False, with_softmax: bool = False
 ) -> Dict[str, str]:
     """`export_bilm` for a model in memory (e.g. one trained by a script, not by `allennlp train`)."""
     vocabulary_path = _refuse_to_overwrite(output_directory, overwrite)
@@ -54,8 +58,13 @@ def export_bilm_model(
     extra.update(
         bidirectional=True, dropout=model.dropout, n_negative_samples_batch=model.num_samples
     )
-    options = dataclasses.replace(bilm.options, n_tokens_vocab=len(words), extra=extra)
-    weights = BiLmWeights(options=options, arrays=bilm.weight_arrays(), source=type(model).__name__)
+    options = dataclasses.replace(
+        bilm.options, n_tokens_vocab=len(words), softmax_in_weights=with_softmax, extra=extra
+    )
+    arrays = bilm.weight_arrays()
+    if with_softmax:
+        arrays.update(model.softmax_arrays())
+    weights = BiLmWeights(options=options, arrays=arrays, source=type(model).__name__)
     paths = write_bilm_weights(weights, output_directory, "published")
     write_bilm_vocab_file(vocabulary_path, words)
     return {**paths, "vocabulary": vocabulary_path}
@@ -64,7 +73,7 @@ def export_bilm_model(
 def _refuse_to_overwrite(output_directory: str, overwrite: bool) -> str:
     """Raises if an export's file exists in `output_directory` and `overwrite` is not set;
     returns the vocabulary's path."""
-    names = (OPTIONS_NAME, WEIGHTS_NAME, VOCABULARY_NAME)
+    names = (OPTIONS_NAME, WEIGHTS_NAME, VOCAB_FILE_NAME)
     existing = [
         os.path.join(output_directory, name)
         for name in names
@@ -74,4 +83,4 @@ def _refuse_to_overwrite(output_directory: str, overwrite: bool) -> str:
         raise ConfigurationError(
             f"elmo-export: {', '.join(existing)} already exist; pass --overwrite to replace them."
         )
-    return os.path.join(output_directory, VOCABULARY_NAME)
+    return os.path.join(output_directory, VOCAB_FILE_NAME)

@@ -2,6 +2,7 @@
 The pre-trained biLM: token layer + LSTM stack, loaded from its files, returning all of its
 layers.
 """
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -57,6 +58,10 @@ class ElmoBiLm(torch.nn.Module):
         A word-input biLM's words in id order, to train one from scratch; a word-input weight
         file holds its own (and if both are given they must agree). Not used by a
         character-input biLM.
+    keep_softmax : `bool`, optional (default = `False`)
+        Keep the trained softmax of a weight file that holds one (`softmax_in_weights`) as
+        `file_softmax`, `(words, weight or None, bias)`, for the biLM model to fine-tune from.
+        The softmax is not part of the biLM: `options` never declare it.
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class ElmoBiLm(torch.nn.Module):
         bias_as_in_file: bool = False,
         lstm_input_dropout: float = 0.0,
         vocabulary: Optional[List[str]] = None,
+        keep_softmax: bool = False,
     ) -> None:
         super().__init__()
         settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
@@ -80,6 +86,11 @@ class ElmoBiLm(torch.nn.Module):
                 "directory or archive."
             )
         options, weights = read_bilm(options_file, weight_file)
+        self.file_softmax: Optional[Tuple[List[str], Optional[numpy.ndarray], numpy.ndarray]] = None
+        if options.softmax_in_weights:
+            if keep_softmax and weights is not None:
+                self.file_softmax = layout.trained_softmax(weights.arrays, options)
+            options = dataclasses.replace(options, softmax_in_weights=False)
         # One `Kernels` for every block: the one owner of the products' precision.
         self.kernels = Kernels()
         self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder]

@@ -70,10 +70,12 @@ _ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 def resolve_model_source(path_or_url: str, description: str) -> str:
     """
     `resolve_elmo_file`, and for an archive (a model zip or tarball) the directory it is
-    extracted to in the cache (see `archives`). A directory that holds nothing but one
+    extracted to in the cache (see `archives`); a TensorFlow checkpoint prefix as it is. A directory that holds nothing but one
     directory stands for that one (archives often wrap their files in a folder).
     """
     path_or_url = os.fspath(path_or_url)
+    if not os.path.exists(path_or_url) and os.path.isfile(path_or_url + ".index"):
+        return path_or_url  # a TensorFlow checkpoint prefix (`model.ckpt-N`): its files are beside
     local_path = resolve_elmo_file(path_or_url, description)
     if archives.is_archive(local_path):
         local_path = archives.extracted_archive(local_path, path_or_url)

@@ -44,6 +44,16 @@ projection. It holds the CNN, highway and LSTM datasets as above, and:
 | `word_vocabulary` | (o.n_words,) UTF-8 strings | the words in row order, `<bos>`, `<eos>`, `<oov>`, `<pad>` among them |
 | `CNN_proj/W_proj` | (o.word_dim + o.n_filters, o.projection_dim) | rows: the word vector's, then the char CNN's |
 
+A biLM with its softmax (options with `softmax_in_weights`; our extension, so that fine-tuning
+starts from the trained softmax; the published files, which AllenNLP reads by name, have
+none) holds besides:
+
+| dataset | shape | meaning |
+|---|---|---|
+| `softmax/W` | (o.n_tokens_vocab, o.projection_dim) | row i: the output vector of word i (absent when tied to a word-input biLM's `embedding`) |
+| `softmax/b` | (o.n_tokens_vocab,) | its bias |
+| `vocabulary` | (o.n_tokens_vocab,) UTF-8 strings | the words (a word-input biLM's own) |
+
 The PyTorch side (AllenNLP's parameter names, kept so that AllenNLP model archives load)
 orders gates (input, forget, new memory, output), stores `x W^T` weights, folds the forget
 bias into the bias, prepends a zero padding row to the byte-level character table and negates
@@ -51,7 +61,7 @@ the highway carry gate (AllenNLP's `Highway` gates the *linear* part). The conve
 PyTorch's tensors and the file's are the functions at the end of this module: the blocks'
 mappings and the formats whose files hold PyTorch tensors use them.
 """
-from typing import Dict, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy
 from allennlp.common.checks import ConfigurationError
@@ -73,6 +83,8 @@ VOCABULARY = "vocabulary"
 CHAR_VOCABULARY = "char_vocabulary"
 WORD_VECTORS = "word_embed"
 WORD_VOCABULARY = "word_vocabulary"
+SOFTMAX_WEIGHT = "softmax/W"
+SOFTMAX_BIAS = "softmax/b"
 # Datasets that hold strings, not float32 arrays.
 STRING_DATASETS = frozenset({VOCABULARY, CHAR_VOCABULARY, WORD_VOCABULARY})
 
@@ -96,6 +108,27 @@ def lstm_cell_group(direction: int, layer: int) -> str:
 
 def dataset_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
     """Every dataset of the layout for `options` with its expected shape, in file order."""
+    shapes = _bilm_shapes(options)
+    if options.softmax_in_weights:
+        assert options.n_tokens_vocab is not None  # the options check it
+        if not options.share_embedding_softmax:
+            shapes[SOFTMAX_WEIGHT] = (options.n_tokens_vocab, options.projection_dim)
+        shapes[SOFTMAX_BIAS] = (options.n_tokens_vocab,)
+        shapes[VOCABULARY] = (options.n_tokens_vocab,)
+    return shapes
+
+
+def trained_softmax(
+    arrays: Mapping[str, numpy.ndarray], options: ElmoOptions
+) -> Tuple[List[str], Optional[numpy.ndarray], numpy.ndarray]:
+    """The softmax of a weight file with `softmax_in_weights`: its words, its output vectors
+    (`None` when tied to the word embedding) and its biases."""
+    words = [str(word) for word in arrays[VOCABULARY]]
+    weight = None if options.share_embedding_softmax else arrays[SOFTMAX_WEIGHT]
+    return words, weight, arrays[SOFTMAX_BIAS]
+
+
+def _bilm_shapes(options: ElmoOptions) -> Dict[str, Tuple[int, ...]]:
     if options.word_inputs:
         if options.n_tokens_vocab is None:
             raise ConfigurationError(

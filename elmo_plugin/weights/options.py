@@ -33,7 +33,7 @@ _KNOWN_KEYS = {
     "lstm": {"dim", "projection_dim", "n_layers", "cell_clip", "proj_clip",
              "use_skip_connections"},
 }
-_KNOWN_TOP_LEVEL_KEYS = {"n_tokens_vocab", "share_embedding_softmax"}
+_KNOWN_TOP_LEVEL_KEYS = {"n_tokens_vocab", "share_embedding_softmax", "softmax_in_weights"}
 
 
 @dataclass
@@ -85,6 +85,10 @@ class ElmoOptions:
     share_embedding_softmax : `bool`
         Top-level `share_embedding_softmax`: a word-input biLM trained with its input
         embedding tied to the softmax (bilm-tf's option; needs word inputs).
+    softmax_in_weights : `bool`
+        Top-level `softmax_in_weights` (our extension): the weight file also holds the
+        trained softmax and its vocabulary (`n_tokens_vocab` words), from which fine-tuning
+        starts (see `layout`). The published files have none.
     extra : `Dict[str, Any]`
         Every other key of the file (training settings such as `n_epochs`), kept so that
         `to_json` writes back what was read.
@@ -108,6 +112,7 @@ class ElmoOptions:
     n_words: Optional[int] = None
     n_tokens_vocab: Optional[int] = None
     share_embedding_softmax: bool = False
+    softmax_in_weights: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -161,6 +166,12 @@ class ElmoOptions:
                 f"ELMo options file {source}: share_embedding_softmax ties a word embedding to "
                 "the softmax and needs a word-input biLM (no 'char_cnn' section)."
             )
+        softmax_in_weights = reader.get_flag("softmax_in_weights")
+        if softmax_in_weights and n_tokens_vocab is None:
+            raise ConfigurationError(
+                f"ELMo options file {source}: softmax_in_weights needs n_tokens_vocab, the "
+                "number of words of the softmax."
+            )
         extra: Dict[str, Any] = {}
         for section, value in raw.items():
             if section in _KNOWN_TOP_LEVEL_KEYS:
@@ -180,6 +191,7 @@ class ElmoOptions:
             use_skip_connections=reader.get_flag("lstm.use_skip_connections"),
             n_tokens_vocab=n_tokens_vocab,
             share_embedding_softmax=share_embedding_softmax,
+            softmax_in_weights=softmax_in_weights,
             extra=extra,
             **character_options,
         )
@@ -283,6 +295,8 @@ class ElmoOptions:
             result["n_tokens_vocab"] = self.n_tokens_vocab
         if self.word_inputs:
             result["share_embedding_softmax"] = self.share_embedding_softmax
+        if self.softmax_in_weights:
+            result["softmax_in_weights"] = True
         return result
 
     def to_file(self, path: str) -> None:

@@ -9,6 +9,7 @@ from allennlp.modules.elmo import Elmo as AllenNlpElmo
 
 from elmo_plugin import batch_to_ids
 from elmo_plugin.data.vocab_file import read_bilm_vocab_file
+from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.models.export import export_bilm
 from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
@@ -46,6 +47,16 @@ def test_a_serialization_directory_exports_the_same_weights(trained_tiny_bilm, t
     first = read_bilm_weights(from_archive["options"], from_archive["weights"]).arrays
     second = read_bilm_weights(from_archive["options"], from_directory["weights"]).arrays
     assert all(numpy.array_equal(first[name], second[name]) for name in first)
+
+
+def test_with_its_softmax_a_fine_tuned_model_starts_where_the_trained_one_ended(trained_tiny_bilm, tmp_path):
+    paths = export_bilm(str(trained_tiny_bilm), str(tmp_path / "elmo"), with_softmax=True)
+    trained = load_archive(str(trained_tiny_bilm / "model.tar.gz")).model
+    tuned = ElmoBiLmModel(trained.vocab, weight_file=str(tmp_path / "elmo"), num_samples=8)
+    for name, array in trained.softmax_arrays().items():
+        assert numpy.array_equal(tuned.softmax_arrays()[name], array), name
+    # AllenNLP's ELMo reads the file as ever.
+    AllenNlpElmo(paths["options"], paths["weights"], 1)(batch_to_ids([["a", "b"]]))
 
 
 def test_export_refuses_to_overwrite_and_names_missing_archives(trained_tiny_bilm, tmp_path):

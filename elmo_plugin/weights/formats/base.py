@@ -4,8 +4,8 @@ from what the given paths hold.
 """
 import logging
 import os
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy
 from allennlp.common import Registrable
@@ -28,15 +28,22 @@ class ModelFiles:
     weight_file: Optional[str]
     options_path: Optional[str]
     weight_path: Optional[str]
+    # The softmax's vocabulary, for formats whose files do not hold it (bilm-tf checkpoints).
+    vocabulary_file: Optional[str] = None
+    vocabulary_path: Optional[str] = None
 
     @classmethod
-    def resolve(cls, options_file: Optional[str], weight_file: Optional[str]) -> "ModelFiles":
+    def resolve(
+        cls, options_file: Optional[str], weight_file: Optional[str], vocabulary_file: Optional[str] = None
+    ) -> "ModelFiles":
         """Local paths for what the user named: downloads, archives extracted (`files`)."""
         return cls(
             options_file=options_file,
             weight_file=weight_file,
             options_path=None if options_file is None else resolve_model_source(options_file, "ELMo options file"),
             weight_path=None if weight_file is None else resolve_model_source(weight_file, "ELMo weight file"),
+            vocabulary_file=vocabulary_file,
+            vocabulary_path=None if vocabulary_file is None else resolve_model_source(vocabulary_file, "vocabulary file"),
         )
 
     def describe(self) -> str:
@@ -73,6 +80,8 @@ class BiLmWeights:
     options: ElmoOptions
     arrays: Dict[str, numpy.ndarray]
     source: str
+    # What a format holds beyond the biLM, by name (a TF-Hub module's layer mix).
+    extras: Dict[str, Any] = field(default_factory=dict)
 
 
 class WeightFormat(Registrable):
@@ -124,20 +133,27 @@ def format_named(name: str) -> WeightFormat:
 PathOrOptions = Union[str, os.PathLike, ElmoOptions, None]
 
 
-def read_bilm_weights(options_file: PathOrOptions, weight_file: Optional[Union[str, os.PathLike]]) -> BiLmWeights:
+def read_bilm_weights(
+    options_file: PathOrOptions,
+    weight_file: Optional[Union[str, os.PathLike]],
+    vocabulary_file: Optional[str] = None,
+) -> BiLmWeights:
     """
     Reads a biLM's weights in whichever format the paths (or URLs, or archives) hold.
     `options_file` may be options already parsed, to check the weights of the published layout
     against; a model directory or archive may be named as either file, or as both.
+    `vocabulary_file` is the softmax's vocabulary where the format does not hold it.
     """
-    options, weights = read_bilm(options_file, weight_file)
+    options, weights = read_bilm(options_file, weight_file, vocabulary_file)
     if weights is None:
         raise ConfigurationError(f"The ELMo options {options_file} need a weight file.")
     return weights
 
 
 def read_bilm(
-    options_file: PathOrOptions, weight_file: Optional[Union[str, os.PathLike]]
+    options_file: PathOrOptions,
+    weight_file: Optional[Union[str, os.PathLike]],
+    vocabulary_file: Optional[str] = None,
 ) -> Tuple[ElmoOptions, Optional[BiLmWeights]]:
     """
     The architecture, and the weights where the paths hold them: an options file alone (or
@@ -151,16 +167,16 @@ def read_bilm(
     files = ModelFiles.resolve(
         None if options_file is None else os.fspath(options_file),
         None if weight_file is None else os.fspath(weight_file),
+        vocabulary_file,
     )
-    if options is not None:
-        weights = format_named("published").read(files, options)
-        return weights.options, weights
     if files.weight_path is None and files.options_path is not None and os.path.isfile(files.options_path):
         return ElmoOptions.from_local_file(files.options_path, str(files.options_file)), None
     matching = [weight_format for weight_format in registered_formats() if weight_format.recognizes(files)]
+    if options is not None and not matching:
+        matching = [format_named("published")]  # a weight file named alone, for these options
     if len(matching) == 1:
         logger.debug("Reading %s as ELMo weight format %r", files.describe(), matching[0].name)
-        weights = matching[0].read(files)
+        weights = matching[0].read(files, options)
         return weights.options, weights
     if not matching:
         expected = "; ".join(f"{f.name}: {f.expects}" for f in registered_formats())

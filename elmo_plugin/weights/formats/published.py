@@ -21,6 +21,7 @@ with warnings.catch_warnings():
     import h5py
 
 OPTIONS_NAME = "options.json"
+_SOFTMAX_DATASETS = {layout.SOFTMAX_WEIGHT, layout.SOFTMAX_BIAS, layout.VOCABULARY}
 WEIGHTS_NAME = "weights.hdf5"
 
 
@@ -46,7 +47,9 @@ class PublishedFormat(WeightFormat):
             files.options_path is not None
             and files.weight_path is not None
             and not os.path.isdir(files.options_path)
-            and not os.path.isdir(files.weight_path)
+            and os.path.isfile(files.weight_path)
+            # A TensorFlow checkpoint's index (the `tensorflow` format's).
+            and not files.weight_path.endswith(".index")
         )
 
     def read(self, files: ModelFiles, options: Optional[ElmoOptions] = None) -> BiLmWeights:
@@ -111,7 +114,8 @@ def read_weight_file(path: str, options: ElmoOptions, source: str) -> Dict[str, 
     with handle:
         in_file: List[str] = []
         handle.visititems(lambda name, node: in_file.append(name) if isinstance(node, h5py.Dataset) else None)
-        unexpected = sorted(set(in_file) - set(expected_shapes))
+        # A softmax the options do not ask for is not part of the biLM: left unread.
+        unexpected = sorted(set(in_file) - set(expected_shapes) - _SOFTMAX_DATASETS)
         if unexpected:
             shown = ", ".join(f"'{name}'" for name in unexpected[:5])
             raise ConfigurationError(
