@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import tarfile
 
 import h5py
 import numpy
@@ -195,3 +196,16 @@ def test_several_checkpoints_without_a_state_file_ask_which(tmp_path):
     with pytest.raises(ConfigurationError, match=r"several TensorFlow checkpoints \(model.ckpt-13, model.ckpt-26\)"):
         read_bilm_weights(None, str(directory))
     read_bilm_weights(None, str(directory / "model.ckpt-26"))
+
+
+def test_a_tf_hub_download_as_its_tarball(tmp_path, cache_directory):
+    # tfhub.dev served modules as .tar.gz of the module directory's contents.
+    tarball = tmp_path / "elmo_3.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        for name in os.listdir(SOURCES["TF-Hub module"]):
+            archive.add(SOURCES["TF-Hub module"] / name, name)
+    paths = convert_bilm(str(tarball), str(tmp_path / "out"))
+    expected = dump()
+    imported = dump(paths["weights"])
+    for name, array in expected.items():
+        numpy.testing.assert_array_equal(imported[name], array, err_msg=name)
