@@ -10,7 +10,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
 from overrides import overrides
 
-from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, ElmoEmbedder
+from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
 from elmo_plugin.inference.embed_file import DEFAULT_CHUNK_SIZE
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
@@ -42,8 +42,14 @@ class ElmoCommand(Subcommand):
         subparser.add_argument("--weight-file", type=str, default=None,
                                help="biLM weights (path or URL), or a model directory or archive "
                                "(an NLPL zip, an ELMoForManyLangs model) that holds the options too")
-        subparser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                               help="sentences per batch")
+        subparser.add_argument("--batch-size", type=int, default=None,
+                               help=f"sentences per batch: exactly, with carried state (default "
+                               f"{DEFAULT_BATCH_SIZE}); at most, in deterministic mode (default: "
+                               "as many as the token budget holds)")
+        subparser.add_argument("--max-tokens-per-batch", type=int, default=DEFAULT_MAX_TOKENS_PER_BATCH,
+                               help="token positions per batch (deterministic mode fills batches "
+                               "up to it); a longer sentence is read in segments of this many "
+                               "tokens, so memory is bounded by it whatever the sentence length")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument("--precision", choices=PRECISIONS, default=FLOAT32,
                                help="matrix products in reduced precision: faster, slightly "
@@ -67,6 +73,12 @@ class ElmoCommand(Subcommand):
                                help="replace an existing OUTPUT")
         subparser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
                                help="lines per chunk: the unit of sorting and of resuming")
+        subparser.add_argument("--num-workers", type=int, default=1,
+                               help="local worker processes sharing the chunks (CPU, deterministic "
+                               "mode); under torchrun leave it at 1: the launched processes share them")
+        subparser.add_argument("--shard-size", type=_byte_count, default=None,
+                               help="write the vectors into shards of about this size (e.g. 2G, "
+                               "500M) beside the output, which links to them and reads as one file")
         subparser.add_argument("--file-friendly-logging", action="store_true",
                                help="progress suited to log files rather than terminals")
         subparser.set_defaults(func=elmo_command)
@@ -78,7 +90,8 @@ def elmo_command(args: argparse.Namespace) -> None:
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
     output_format = "all" if args.all else "top" if args.top else "average"
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
-                            stateful=not args.deterministic, precision=args.precision)
+                            stateful=not args.deterministic, precision=args.precision,
+                            max_tokens_per_batch=args.max_tokens_per_batch)
     try:
         embedder.embed_file(
             args.input_file,
@@ -91,6 +104,8 @@ def elmo_command(args: argparse.Namespace) -> None:
             resume=args.resume,
             overwrite=args.overwrite,
             chunk_size=args.chunk_size,
+            num_workers=args.num_workers,
+            shard_size=args.shard_size,
         )
     except KeyboardInterrupt:
         logger.error(
@@ -99,3 +114,20 @@ def elmo_command(args: argparse.Namespace) -> None:
             args.output_file,
         )
         raise SystemExit(130)
+
+
+_BYTE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _byte_count(text: str) -> int:
+    """`2G`, `500M`, `1048576`: bytes (binary multiples)."""
+    number, suffix = text.strip().upper().rstrip("B"), ""
+    if number and number[-1] in _BYTE_SUFFIXES:
+        number, suffix = number[:-1], number[-1]
+    try:
+        count = int(float(number) * _BYTE_SUFFIXES[suffix])
+    except (ValueError, OverflowError):
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive size such as 2G, 500M or 1048576, got {text!r}")
+    return count

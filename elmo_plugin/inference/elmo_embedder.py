@@ -3,23 +3,70 @@
 """
 import logging
 import os
-from typing import IO, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import IO, Dict, Iterable, Iterator, List, Optional, Protocol, Tuple, Union
 
 import numpy
+import psutil
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
-from elmo_plugin.inference.embed_file import embed_file
+from elmo_plugin.inference.embed_file import DEFAULT_BATCH_SIZE, embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
+from elmo_plugin.modules.segmented_reading import FORWARD
 from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BatchStartState
 from elmo_plugin.weights import pretrained
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 64
+# Token positions per batch (and per segment of a longer sentence): see BENCHMARKS.md,
+# "Batches by token budget", for how throughput and memory vary with it.
+DEFAULT_MAX_TOKENS_PER_BATCH = 8192
+
+
+class EmbeddingWriter(Protocol):
+    """Where `ElmoEmbedder.embed_batch_into` puts each sentence's vectors."""
+
+    def whole(self, row: int, embedding: numpy.ndarray) -> None:
+        """All of row `row`'s vectors, `(num_layers, num_tokens, output_dim)`."""
+
+    def start_segments(self, row: int, num_tokens: int) -> None:
+        """Row `row` (of `num_tokens` tokens) comes in segments."""
+
+    def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
+        """Tokens `start:stop` of row `row`: one direction's half of every layer, each
+        `(stop - start, output_dim // 2)` (see `segmented_reading`)."""
+
+
+class _ArrayWriter:
+    """Vectors into numpy arrays, a long sentence's allocated once and filled in place."""
+
+    def __init__(self, arrays: List[numpy.ndarray], embedder: "ElmoEmbedder") -> None:
+        self._arrays = arrays
+        self._shape = (embedder.num_layers, embedder.output_dim)
+
+    def whole(self, row: int, embedding: numpy.ndarray) -> None:
+        self._arrays[row] = embedding
+
+    def start_segments(self, row: int, num_tokens: int) -> None:
+        layers, dim = self._shape
+        needed = layers * num_tokens * dim * 4
+        available = psutil.virtual_memory().available
+        if needed > available:
+            raise MemoryError(
+                f"A sentence of {num_tokens} tokens has {needed / 2**30:.1f} GiB of vectors and "
+                f"this machine has {available / 2**30:.1f} GiB available: embed it into a file "
+                "(allennlp elmo, ElmoEmbedder.embed_file), which writes them as they are computed."
+            )
+        self._arrays[row] = numpy.empty((layers, num_tokens, dim), dtype=numpy.float32)
+
+    def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
+        half = self._shape[1] // 2
+        columns = slice(0, half) if direction == FORWARD else slice(half, 2 * half)
+        for index, layer in enumerate(layers):
+            self._arrays[row][index, start:stop, columns] = layer.cpu().numpy()
 
 
 class ElmoEmbedder:
@@ -42,6 +89,11 @@ class ElmoEmbedder:
     precision : `str`, optional (default = `"float32"`)
         `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity (see
         `ElmoSettings`; int8 on the CPU only).
+    max_tokens_per_batch : `int`, optional (default = `DEFAULT_MAX_TOKENS_PER_BATCH`)
+        The most token positions (with `<S>` and `</S>`, padding included) the LSTMs read at
+        once: the file engine fills its batches up to it, and a sentence longer than it is read
+        in segments of this many tokens (`ElmoBiLm.read_in_segments`), so memory is bounded by
+        it whatever the sentence. Vectors do not depend on it (beyond float rounding).
     """
 
     def __init__(
@@ -51,7 +103,14 @@ class ElmoEmbedder:
         cuda_device: int = -1,
         stateful: bool = False,
         precision: str = ElmoSettings.precision,
+        max_tokens_per_batch: int = DEFAULT_MAX_TOKENS_PER_BATCH,
     ) -> None:
+        if max_tokens_per_batch < 3:
+            raise ConfigurationError(
+                f"max_tokens_per_batch must be at least 3 (a token and the sentence boundaries), "
+                f"got {max_tokens_per_batch}"
+            )
+        self.max_tokens_per_batch = max_tokens_per_batch
         settings = ElmoSettings(stateful=stateful, precision=precision)
         options_file, weight_file = pretrained.files_or_default(options_file, weight_file)
         if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
@@ -106,7 +165,10 @@ class ElmoEmbedder:
         `activations` of shape `(batch_size, num_layers, timesteps, output_dim)` and the
         `(batch_size, timesteps)` mask, without `<S>` and `</S>`.
         """
-        output = self.elmo_bilm(self.elmo_bilm.character_ids(batch).to(self.device))
+        return self._without_boundaries(self.elmo_bilm(self.elmo_bilm.character_ids(batch).to(self.device)))
+
+    @staticmethod
+    def _without_boundaries(output: Dict) -> Tuple[torch.Tensor, torch.Tensor]:
         layers = [
             remove_sentence_boundaries(layer, output["mask"]) for layer in output["activations"]
         ]
@@ -119,14 +181,60 @@ class ElmoEmbedder:
 
     def embed_batch(self, batch: List[List[str]]) -> List[numpy.ndarray]:
         """One `(num_layers, len(sentence), output_dim)` array per sentence; empty ones give
-        `(num_layers, 0, output_dim)`."""
+        `(num_layers, 0, output_dim)`. A sentence longer than `max_tokens_per_batch` is read in
+        segments: only its vectors need its length in memory."""
+        arrays: List[numpy.ndarray] = [self.empty_embedding()] * len(batch)
+        self.embed_batch_into(batch, _ArrayWriter(arrays, self))
+        return arrays
+
+    @torch.no_grad()
+    def embed_batch_into(self, batch: List[List[str]], writer: "EmbeddingWriter") -> None:
+        """
+        Embeds `batch` and hands each sentence's vectors to `writer`: whole, or segment by
+        segment for a sentence longer than `max_tokens_per_batch` (the file engine writes
+        those straight into the output).
+        """
         _check_tokenized(batch)
-        if all(len(sentence) == 0 for sentence in batch):
-            return [self.empty_embedding() for _ in batch]
-        activations, mask = self.batch_to_embeddings(batch)
-        lengths = mask.sum(dim=1).tolist()
-        activations = activations.cpu().numpy()
-        return [activations[row, :, :length] for row, length in enumerate(lengths)]
+        long_rows = [row for row, sentence in enumerate(batch) if len(sentence) + 2 > self.max_tokens_per_batch]
+        if not any(batch):  # nothing to read (and no state to carry)
+            for row in range(len(batch)):
+                writer.whole(row, self.empty_embedding())
+            return
+        if not long_rows:
+            activations, mask = self.batch_to_embeddings(batch)
+            lengths = mask.sum(dim=1).tolist()
+            activations = activations.cpu().numpy()
+            for row, length in enumerate(lengths):
+                writer.whole(row, activations[row, :, :length])
+            return
+        # Short rows together, long ones one by one, each from its row of the start state
+        # (carried or fixed point); the final states go back to their rows for the next batch.
+        start_state = self.batch_start_state.for_batch(len(batch), next(self.elmo_bilm.parameters()))
+        final_states: List[Optional[Tuple[torch.Tensor, torch.Tensor]]] = [None] * len(batch)
+        short_rows = [row for row in range(len(batch)) if row not in long_rows]
+        if short_rows:
+            rows = torch.tensor(short_rows, device=start_state[0].device)
+            output, final = self.elmo_bilm.forward_with_state(
+                self.elmo_bilm.character_ids([batch[row] for row in short_rows]).to(self.device),
+                (start_state[0].index_select(1, rows), start_state[1].index_select(1, rows)),
+            )
+            activations, mask = self._without_boundaries(output)
+            lengths = mask.sum(dim=1).tolist()
+            activations = activations.cpu().numpy()
+            for position, row in enumerate(short_rows):
+                writer.whole(row, activations[position, :, : lengths[position]])
+                final_states[row] = (final[0][:, position : position + 1], final[1][:, position : position + 1])
+        for row in long_rows:
+            writer.start_segments(row, len(batch[row]))
+            final_states[row] = self.elmo_bilm.read_in_segments(
+                batch[row],
+                (start_state[0][:, row : row + 1], start_state[1][:, row : row + 1]),
+                self.max_tokens_per_batch,
+                lambda direction, start, stop, layers, row=row: writer.segment(row, direction, start, stop, layers),
+            )
+        self.batch_start_state.after_batch(
+            tuple(torch.cat([state[part] for state in final_states], dim=1) for part in (0, 1))  # type: ignore
+        )
 
     def embed_sentences(
         self, sentences: Iterable[List[str]], batch_size: int = DEFAULT_BATCH_SIZE
@@ -140,7 +248,7 @@ class ElmoEmbedder:
         input_file: Union[str, os.PathLike, IO],
         output_file_path: str,
         output_format: str = "all",
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: Optional[int] = None,
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
         **options,
@@ -158,8 +266,10 @@ class ElmoEmbedder:
             The HDF5 file to write; it appears only when complete.
         output_format : `str`, optional (default = `"all"`)
             `"all"` (every layer), `"top"` (the last layer) or `"average"` (their mean).
-        batch_size : `int`, optional (default = `64`)
-            Sentences per batch.
+        batch_size : `int`, optional (default = `None`)
+            Sentences per batch: exactly, with carried state (64 if not given); at most, besides
+            the token budget `max_tokens_per_batch`, in deterministic mode (where, not given,
+            the token budget alone fills batches).
         forget_sentences : `bool`, optional (default = `False`)
             Do not write the `sentence_to_index` dataset.
         use_sentence_keys : `bool`, optional (default = `False`)

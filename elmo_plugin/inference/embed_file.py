@@ -1,34 +1,35 @@
 """
 Embedding a text file into HDF5 with the biLM: the engine of `allennlp elmo` and
-`ElmoEmbedder.embed_file`.
-
-Output (AllenNLP 0.9's format): one float32 dataset per input line, keyed by the line's index
-(`"0"`, `"1"`, ...) or by the sentence (`use_sentence_keys`), of shape `(3, n_tokens, D)` for
-`all`, `(n_tokens, D)` for `top` and `average`; plus `sentence_to_index`, a JSON string
-`{sentence: "index"}`, unless `forget_sentences` or `use_sentence_keys`.
+`ElmoEmbedder.embed_file`. The output format is AllenNLP 0.9's (see `hdf5_output`).
 
 How the work is organised, and why:
 
 - A first pass validates the whole input (UTF-8, blank lines, sentence keys) so that a bad
   line fails the run before any compute is spent, with its line number.
 - The input is cut into chunks of consecutive lines. In deterministic mode each chunk's lines
-  are sorted by length and batched, so there is almost no padding; results go back to their
-  original keys. In stateful mode (0.9's behaviour) batches are consecutive lines in file
-  order, `batch_size` each, so the carried state is what 0.9 computed.
+  are sorted by length and batched up to `max_tokens_per_batch` token positions, so there is
+  almost no padding; results go back to their original keys. In stateful mode (0.9's
+  behaviour) batches are consecutive lines in file order, `batch_size` each, so the carried
+  state is what 0.9 computed. A line longer than `max_tokens_per_batch` is read in segments
+  and written segment by segment: memory is bounded by the budget, not by the line.
 - Each finished chunk is written to its own file in `OUTPUT.partial/` and renamed into place
   when complete (flushed to the disk first), so an interrupt (Ctrl-C, kill, disk full, power
   loss) loses at most the chunk in flight; `resume` checks the chunks on disk, embeds again any
   that is damaged, and skips the others (in stateful mode it restores the carried state saved
   with the chunk before each one it embeds). A resumed run must have the settings of the run
   it continues, the same model (its weights' fingerprint), precision and device type. At the
-  end the chunks are merged into a temporary file next to OUTPUT, which is renamed to OUTPUT:
-  a file under OUTPUT's name is always complete.
+  end the chunks are merged into a temporary file next to OUTPUT (and shards beside it, with
+  `shard_size`), which is renamed to OUTPUT: a file under OUTPUT's name is always complete.
+- Several processes (`num_workers`, or a `torchrun` launch; `workers`): the first checks the
+  input and prepares `OUTPUT.partial`, each embeds the chunks whose index is its rank modulo
+  their number, the first merges. Chunks do not depend on who embeds them, so the output is
+  the one process's, byte for byte, and a resumed run may use another number of processes.
+  Carried state runs through the file in order: stateful mode takes one process.
 - One run at a time writes an OUTPUT: a second one is refused while the first holds
   `OUTPUT.lock`.
-- Memory is bounded by one batch of vectors and one chunk of text, whatever the input size
-  (except `sentence_to_index`, which holds every sentence by definition).
 """
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -40,19 +41,28 @@ from typing import Dict, Iterator, List, Optional, Protocol, Set, Tuple
 
 import filelock
 import h5py
-import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 
 from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.inference import workers
+from elmo_plugin.inference.hdf5_output import (
+    CARRIED_STATE,
+    ChunkWriter,
+    chunk_name,
+    hdf5_errors_as_os_errors,
+    hdf5_for_writing,
+    merge_chunks,
+)
 from elmo_plugin.modules.start_state import BatchStartState
 
 logger = logging.getLogger(__name__)
 
 
 class SentenceEmbedder(Protocol):
-    """What the engine needs of an embedder (`ElmoEmbedder` is one)."""
+    """What the engine needs of an embedder (`ElmoEmbedder` is one). To run in several
+    processes it must also pickle (each worker gets its own copy)."""
 
     @property
     def stateful(self) -> bool:
@@ -64,8 +74,21 @@ class SentenceEmbedder(Protocol):
         """The carried state, saved with every chunk and restored on resume."""
         ...
 
-    def embed_batch(self, batch: List[List[str]]) -> List[numpy.ndarray]:
-        """One `(num_layers, len(sentence), dim)` array per sentence."""
+    @property
+    def max_tokens_per_batch(self) -> int:
+        """Token positions per batch, and per segment of a longer sentence."""
+        ...
+
+    @property
+    def num_layers(self) -> int:
+        ...
+
+    @property
+    def output_dim(self) -> int:
+        ...
+
+    def embed_batch_into(self, batch: List[List[str]], writer) -> None:
+        """Each sentence's vectors to `writer`, whole or in segments (`ElmoEmbedder`)."""
         ...
 
     def identity(self) -> Dict[str, str]:
@@ -74,12 +97,11 @@ class SentenceEmbedder(Protocol):
 
 
 OUTPUT_FORMATS = ("all", "top", "average")
-SENTENCE_TO_INDEX = "sentence_to_index"
-# Lines per chunk: the unit of sorting, of memory, and of what an interrupt can lose.
+# Lines per chunk: the unit of sorting, of resuming, of sharing out among processes and of
+# what an interrupt can lose.
 DEFAULT_CHUNK_SIZE = 4096
-# In deterministic mode a batch also stops at this many tokens per sentence slot, so that a
-# batch of very long lines does not need batch_size times their memory.
-TOKENS_PER_SENTENCE_SLOT = 50
+# Sentences per batch with carried state (0.9's default), and the default of embed_sentences.
+DEFAULT_BATCH_SIZE = 64
 _MAX_LINES_IN_MESSAGE = 10
 
 
@@ -91,11 +113,13 @@ class _RunSettings:
     input_size: int
     input_sha256: str
     output_format: str
-    batch_size: int
+    batch_size: Optional[int]
+    max_tokens_per_batch: int
     chunk_size: int
     stateful: bool
     use_sentence_keys: bool
     allow_empty_lines: bool
+    shard_size: Optional[int]
     model: str
     precision: str
     device: str
@@ -108,18 +132,53 @@ class _InputSummary:
     sha256: str
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What was asked (the arguments of `embed_file`), as every worker process receives it."""
+
+    input_path: str
+    output_path: str
+    output_format: str
+    batch_size: Optional[int]  # None: deterministic batches by the token budget alone
+    forget_sentences: bool
+    use_sentence_keys: bool
+    allow_empty_lines: bool
+    resume: bool
+    overwrite: bool
+    chunk_size: int
+    shard_size: Optional[int]
+
+    @property
+    def partial_dir(self) -> str:
+        return self.output_path + ".partial"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the first process found and prepared, for all of them."""
+
+    chunk_size: int
+    num_chunks: int
+    done_chunks: frozenset
+    num_lines: int
+    num_tokens: int
+    identity: Tuple[Tuple[str, str], ...]
+
+
 def embed_file(
     embedder: SentenceEmbedder,
     input_path: str,
     output_path: str,
     output_format: str = "all",
-    batch_size: int = 64,
+    batch_size: Optional[int] = None,
     forget_sentences: bool = False,
     use_sentence_keys: bool = False,
     allow_empty_lines: bool = False,
     resume: bool = False,
     overwrite: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    num_workers: int = 1,
+    shard_size: Optional[int] = None,
 ) -> None:
     """
     Embeds `input_path` (UTF-8, one whitespace-tokenized sentence per line) into
@@ -128,15 +187,18 @@ def embed_file(
     # Parameters
 
     embedder : `SentenceEmbedder`
-        The biLM (an `ElmoEmbedder`); its `stateful` flag selects 0.9's file-order batching.
+        The biLM (an `ElmoEmbedder`); its `stateful` flag selects 0.9's file-order batching,
+        its `max_tokens_per_batch` the batches' token budget.
     input_path : `str`
         The text file.
     output_path : `str`
         The HDF5 file; it appears only when complete.
     output_format : `str`, optional (default = `"all"`)
         `"all"`, `"top"` or `"average"`.
-    batch_size : `int`, optional (default = `64`)
-        Sentences per batch.
+    batch_size : `int`, optional (default = `None`)
+        Sentences per batch: in stateful mode exactly (0.9's batches; 64 if not given), in
+        deterministic mode at most, besides the token budget (if not given, the token budget
+        alone: many short sentences fill a batch).
     forget_sentences : `bool`, optional (default = `False`)
         Do not write `sentence_to_index`.
     use_sentence_keys : `bool`, optional (default = `False`)
@@ -150,18 +212,55 @@ def embed_file(
         Replace an existing `output_path` (and discard a partial run).
     chunk_size : `int`, optional (default = `4096`)
         Lines per chunk (rounded up to a multiple of `batch_size` in stateful mode).
+    num_workers : `int`, optional (default = `1`)
+        Local worker processes (CPU, torch.distributed with gloo), each with its share of the
+        CPU's threads; deterministic mode only. Under `torchrun` leave it at 1: the launched
+        processes share the work.
+    shard_size : `int`, optional (default = `None`)
+        Write the vectors into shards of about this many bytes beside OUTPUT, which then holds
+        links to them (read as if the data were in it).
     """
     if output_format not in OUTPUT_FORMATS:
         raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {output_format!r}")
-    if batch_size < 1:
+    if batch_size is None and embedder.stateful:
+        batch_size = DEFAULT_BATCH_SIZE
+    if batch_size is not None and batch_size < 1:
         raise ConfigurationError(f"batch_size must be positive, got {batch_size}")
     if chunk_size < 1:
         raise ConfigurationError(f"chunk_size must be positive (lines per chunk), got {chunk_size}")
+    if num_workers < 1:
+        raise ConfigurationError(f"num_workers must be positive, got {num_workers}")
+    if shard_size is not None and shard_size < 1:
+        raise ConfigurationError(f"shard_size must be positive (bytes per shard), got {shard_size}")
+    request = _Request(input_path, output_path, output_format, batch_size, forget_sentences,
+                       use_sentence_keys, allow_empty_lines, resume, overwrite, chunk_size, shard_size)
     _check_paths(input_path, output_path, overwrite)
-    with _sole_writer(output_path):
-        _embed_file(
-            embedder, input_path, output_path, output_format, batch_size, forget_sentences,
-            use_sentence_keys, allow_empty_lines, resume, overwrite, chunk_size,
+    if num_workers == 1:
+        with workers.process_group_of_launcher():
+            _run(request, embedder)
+        return
+    if workers.rank_and_world()[1] > 1:
+        raise ConfigurationError(
+            f"num_workers is {num_workers} in a run that torch.distributed already started "
+            "(torchrun): its processes share the work; leave num_workers at 1."
+        )
+    _check_can_share_work(embedder, num_workers)
+    run = functools.partial(_run, request, expected_identity=embedder.identity())
+    workers.spawn_workers(run, embedder, num_workers, output_path)
+
+
+def _check_can_share_work(embedder: SentenceEmbedder, world: int) -> None:
+    if embedder.stateful:
+        raise ConfigurationError(
+            f"{world} worker processes in stateful mode: the carried state runs through the file "
+            "in order, so one process must read it all. Use deterministic mode (--deterministic; "
+            "ElmoEmbedder(stateful=False)) to share the work."
+        )
+    device = getattr(embedder, "device", torch.device("cpu"))
+    if torch.device(device).type != "cpu":
+        raise ConfigurationError(
+            f"{world} worker processes on {device}: several workers run on the CPU only "
+            "(sharing GPUs among them is untested)."
         )
 
 
@@ -202,87 +301,154 @@ def _sole_writer(output_path: str) -> Iterator[None]:
             os.remove(lock_path)
 
 
-def _embed_file(
-    embedder: SentenceEmbedder,
-    input_path: str,
-    output_path: str,
-    output_format: str,
-    batch_size: int,
-    forget_sentences: bool,
-    use_sentence_keys: bool,
-    allow_empty_lines: bool,
-    resume: bool,
-    overwrite: bool,
-    chunk_size: int,
-) -> None:
-    stateful = embedder.stateful
-    if stateful:
-        chunk_size = -(-chunk_size // batch_size) * batch_size
-    partial_dir = output_path + ".partial"
-    if os.path.exists(partial_dir) and not resume:
-        if not overwrite:
+def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optional[Dict[str, str]] = None) -> None:
+    """One process's part of a run (the whole run in a single process). `expected_identity`:
+    that of the embedder a worker's copy was made from."""
+    rank, world = workers.rank_and_world()
+    if expected_identity is not None and embedder.identity() != expected_identity:
+        raise ConfigurationError(
+            f"The embedder's copy in worker {rank} differs from the embedder given "
+            f"({_differences(expected_identity, embedder.identity())}): it would compute other "
+            "vectors than the one process would. Embed with one process (num_workers=1)."
+        )
+    if world > 1:
+        _check_can_share_work(embedder, world)
+    with contextlib.ExitStack() as held:
+
+        def prepare() -> _Plan:
+            # The first process holds the lock for the run; if it cannot, all learn why.
+            held.enter_context(_sole_writer(request.output_path))
+            return _prepare(request, embedder)
+
+        plan = workers.from_first(prepare)
+        if dict(plan.identity) != embedder.identity():
+            raise ConfigurationError(
+                f"Worker {rank}'s biLM differs from worker 0's ({_differences(dict(plan.identity), embedder.identity())}): "
+                "every worker must load the same model, precision and device type."
+            )
+        to_embed = plan.num_chunks - len(plan.done_chunks)
+        if rank == 0 and 1 < world and to_embed < 2 * world:
+            logger.warning(
+                "%d chunks to embed for %d processes: a process embeds whole chunks, so some wait "
+                "while others work; a smaller --chunk-size (now %d lines) shares the work better.",
+                to_embed, world, plan.chunk_size,
+            )
+        succeeded = False
+        try:
+            _embed_share(request, plan, embedder, rank, world)
+            succeeded = True
+        finally:
+            everyone_succeeded = workers.all_succeeded(succeeded)
+        if not everyone_succeeded:
+            raise RuntimeError(
+                f"Another embedding worker failed (see its error); worker {rank} finished its "
+                f"chunks, which are kept in {request.partial_dir}: run the same command with --resume."
+            )
+        if rank == 0:
+            _finish(request, plan)
+
+
+def _differences(first: Dict[str, str], second: Dict[str, str]) -> str:
+    return ", ".join(sorted(key for key in first if first.get(key) != second.get(key)))
+
+
+def _prepare(request: _Request, embedder: SentenceEmbedder) -> _Plan:
+    """Validates the input and prepares `OUTPUT.partial` (the first process only)."""
+    chunk_size = request.chunk_size
+    if embedder.stateful:
+        assert request.batch_size is not None  # embed_file gives stateful runs 0.9's default
+        chunk_size = -(-chunk_size // request.batch_size) * request.batch_size
+    partial_dir = request.partial_dir
+    if os.path.exists(partial_dir) and not request.resume:
+        if not request.overwrite:
             raise ConfigurationError(
                 f"{partial_dir} holds an interrupted run; pass --resume to continue it or "
                 f"--overwrite to start over"
             )
         shutil.rmtree(partial_dir)
-
-    summary = _validate_input(input_path, use_sentence_keys, forget_sentences, allow_empty_lines)
+    summary = _validate_input(request.input_path, request.use_sentence_keys, request.forget_sentences,
+                              request.allow_empty_lines)
+    identity = embedder.identity()
     settings = _RunSettings(
-        input_path=os.path.abspath(input_path),
-        input_size=os.path.getsize(input_path),
+        input_path=os.path.abspath(request.input_path),
+        input_size=os.path.getsize(request.input_path),
         input_sha256=summary.sha256,
-        output_format=output_format,
-        batch_size=batch_size,
+        output_format=request.output_format,
+        batch_size=request.batch_size,
+        max_tokens_per_batch=embedder.max_tokens_per_batch,
         chunk_size=chunk_size,
-        stateful=stateful,
-        use_sentence_keys=use_sentence_keys,
-        allow_empty_lines=allow_empty_lines,
-        **embedder.identity(),
+        stateful=embedder.stateful,
+        use_sentence_keys=request.use_sentence_keys,
+        allow_empty_lines=request.allow_empty_lines,
+        shard_size=request.shard_size,
+        **identity,
     )
-    done_chunks = _prepare_partial_dir(partial_dir, settings, resume)
-    num_chunks = -(-summary.num_lines // chunk_size)
+    done_chunks = _prepare_partial_dir(partial_dir, settings, request.resume)
     done_chunks = _intact_chunks(partial_dir, done_chunks, chunk_size, summary.num_lines)
+    return _Plan(
+        chunk_size=chunk_size,
+        num_chunks=-(-summary.num_lines // chunk_size),
+        done_chunks=frozenset(done_chunks),
+        num_lines=summary.num_lines,
+        num_tokens=summary.num_tokens,
+        identity=tuple(sorted(identity.items())),
+    )
 
+
+def _embed_share(request: _Request, plan: _Plan, embedder: SentenceEmbedder, rank: int, world: int) -> None:
+    """Embeds the unfinished chunks whose index is `rank` modulo `world`."""
+    mine = [index for index in range(plan.num_chunks) if index % world == rank]
+    lines_of_mine = sum(min(plan.chunk_size, plan.num_lines - index * plan.chunk_size) for index in mine)
     embedder.batch_start_state.reset()
-    # Stateful: whether the carried state is the one at the end of the previous chunk.
+    # Stateful (one process): whether the carried state is the one at the end of the previous chunk.
     state_follows_previous_chunk = True
-    progress = Tqdm.tqdm(total=summary.num_lines, unit="sentences", desc="embedding")
+    progress = Tqdm.tqdm(total=lines_of_mine, unit="sentences", desc="embedding", disable=rank != 0)
     tokens_done = 0
     start_time = time.monotonic()
-    for chunk_index, lines in _read_chunks(input_path, chunk_size):
-        if chunk_index in done_chunks:
+    for chunk_index, lines in _read_chunks(request.input_path, plan.chunk_size):
+        if chunk_index % world != rank:
+            continue
+        if chunk_index in plan.done_chunks:
             progress.update(len(lines))
             state_follows_previous_chunk = False
             continue
-        if stateful and not state_follows_previous_chunk:
-            _restore_carried_state(embedder, os.path.join(partial_dir, _chunk_name(chunk_index - 1)))
+        if embedder.stateful and not state_follows_previous_chunk:
+            _restore_carried_state(embedder, os.path.join(request.partial_dir, chunk_name(chunk_index - 1)))
             state_follows_previous_chunk = True
-        chunk_path = os.path.join(partial_dir, _chunk_name(chunk_index))
+        chunk_path = os.path.join(request.partial_dir, chunk_name(chunk_index))
         try:
-            _embed_chunk(embedder, chunk_path, chunk_index * chunk_size, lines, batch_size, output_format)
+            _embed_chunk(embedder, chunk_path, chunk_index * plan.chunk_size, lines, request.batch_size,
+                         request.output_format)
         except OSError as error:
             raise OSError(
                 error.errno,
                 f"Cannot write {chunk_path} ({error}); the chunks finished before it are kept in "
-                f"{partial_dir}: free the space (or fix the problem) and run the same command with "
-                "--resume",
+                f"{request.partial_dir}: free the space (or fix the problem) and run the same "
+                "command with --resume",
             ) from error
         tokens_done += sum(len(line.split()) for line in lines)
         progress.update(len(lines))
         progress.set_postfix(tokens_per_s=f"{tokens_done / max(time.monotonic() - start_time, 1e-9):.0f}")
     progress.close()
+
+
+def _finish(request: _Request, plan: _Plan) -> None:
+    """Merges the chunks into OUTPUT (the first process, once every chunk is there)."""
+    sentences = (_sentence_of(raw_line) for _, raw_line in _iterate_lines(request.input_path))
     try:
-        _merge(partial_dir, output_path, num_chunks, input_path, use_sentence_keys, forget_sentences)
+        written = merge_chunks(request.partial_dir, request.output_path, plan.num_chunks, sentences,
+                               request.use_sentence_keys, request.forget_sentences, request.shard_size)
     except OSError as error:
         raise OSError(
             error.errno,
-            f"Cannot write {output_path} ({error}); nothing was written under that name and the "
-            f"finished chunks are kept in {partial_dir}: free the space (or fix the problem) and "
-            "run the same command with --resume",
+            f"Cannot write {request.output_path} ({error}); nothing was written under that name "
+            f"and the finished chunks are kept in {request.partial_dir}: free the space (or fix "
+            "the problem) and run the same command with --resume",
         ) from error
-    shutil.rmtree(partial_dir)
-    logger.info("Wrote %d sentences (%d tokens) to %s", summary.num_lines, summary.num_tokens, output_path)
+    shutil.rmtree(request.partial_dir)
+    shards = f" (and {len(written) - 1} shards beside it)" if len(written) > 1 else ""
+    logger.info("Wrote %d sentences (%d tokens) to %s%s", plan.num_lines, plan.num_tokens,
+                request.output_path, shards)
 
 
 def _sentence_of(raw_line: bytes) -> str:
@@ -344,10 +510,6 @@ def _validate_input(
     return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, sha256=digest.hexdigest())
 
 
-def _chunk_name(chunk_index: int) -> str:
-    return f"chunk_{chunk_index:07d}.hdf5"
-
-
 def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool) -> Set[int]:
     manifest_path = os.path.join(partial_dir, "settings.json")
     if resume and os.path.exists(manifest_path):
@@ -385,7 +547,7 @@ def _intact_chunks(partial_dir: str, done: Set[int], chunk_size: int, num_lines:
     """
     intact = set()
     for chunk_index in sorted(done):
-        path = os.path.join(partial_dir, _chunk_name(chunk_index))
+        path = os.path.join(partial_dir, chunk_name(chunk_index))
         expected = {str(i) for i in range(chunk_index * chunk_size, min((chunk_index + 1) * chunk_size, num_lines))}
         try:
             with h5py.File(path, "r") as handle:
@@ -414,18 +576,25 @@ def _read_chunks(input_path: str, chunk_size: int) -> Iterator[Tuple[int, List[s
         yield chunk_index, chunk
 
 
-def _batches(lengths: List[int], batch_size: int, stateful: bool) -> Iterator[List[int]]:
-    """Positions within a chunk, grouped into batches."""
+def _batches(lengths: List[int], batch_size: Optional[int], stateful: bool, max_tokens: int) -> Iterator[List[int]]:
+    """
+    Positions within a chunk, grouped into batches: in stateful mode `batch_size` consecutive
+    lines (0.9's batches, which the carried state depends on); in deterministic mode the lines
+    sorted by length, at most `batch_size` of them (if given) and `max_tokens` token positions (with the
+    sentence boundaries and padding), so many short lines fill a batch and a long one does not
+    get the batch size of short ones. A line longer than `max_tokens` is a batch of its own
+    (read in segments by the embedder).
+    """
     if stateful:
+        assert batch_size is not None, "stateful batches are batch_size consecutive lines"
         for start in range(0, len(lengths), batch_size):
             yield list(range(start, min(start + batch_size, len(lengths))))
         return
     order = sorted(range(len(lengths)), key=lambda position: lengths[position])
-    token_budget = batch_size * TOKENS_PER_SENTENCE_SLOT
     batch: List[int] = []
     for position in order:
         # Sorted ascending: the newest sentence is the longest, so it sets the padded size.
-        if batch and (len(batch) == batch_size or (len(batch) + 1) * lengths[position] > token_budget):
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * (lengths[position] + 2) > max_tokens):
             yield batch
             batch = []
         batch.append(position)
@@ -433,20 +602,12 @@ def _batches(lengths: List[int], batch_size: int, stateful: bool) -> Iterator[Li
         yield batch
 
 
-def _reduce(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
-    if output_format == "top":
-        return embedding[-1]
-    if output_format == "average":
-        return numpy.average(embedding, axis=0)
-    return embedding
-
-
 def _embed_chunk(
     embedder: SentenceEmbedder,
     chunk_path: str,
     first_line: int,
     lines: List[str],
-    batch_size: int,
+    batch_size: Optional[int],
     output_format: str,
 ) -> None:
     """
@@ -456,46 +617,17 @@ def _embed_chunk(
     stateful = embedder.stateful
     tokenized = [line.split() for line in lines]
     with atomic_output_path(chunk_path, suffix=".tmp") as temporary_path:
-        with _hdf5_for_writing(temporary_path) as handle:
-            for positions in _batches([len(tokens) for tokens in tokenized], batch_size, stateful):
-                embeddings = embedder.embed_batch([tokenized[p] for p in positions])
-                for position, embedding in zip(positions, embeddings):
-                    with _hdf5_errors_as_os_errors():
-                        handle.create_dataset(
-                            str(first_line + position),
-                            data=_reduce(embedding, output_format).astype(numpy.float32),
-                        )
+        with hdf5_for_writing(temporary_path) as handle:
+            lengths = [len(tokens) for tokens in tokenized]
+            for positions in _batches(lengths, batch_size, stateful, embedder.max_tokens_per_batch):
+                writer = ChunkWriter(handle, [str(first_line + p) for p in positions], output_format,
+                                     embedder.num_layers, embedder.output_dim)
+                embedder.embed_batch_into([tokenized[p] for p in positions], writer)
             carried = embedder.batch_start_state.get()
             if stateful and carried is not None:
-                with _hdf5_errors_as_os_errors():
-                    handle.create_dataset("_carried_state_h", data=carried[0].cpu().numpy())
-                    handle.create_dataset("_carried_state_c", data=carried[1].cpu().numpy())
-
-
-@contextlib.contextmanager
-def _hdf5_errors_as_os_errors() -> Iterator[None]:
-    # HDF5 reports a failed write (a full disk, a file-size limit) as OSError or RuntimeError,
-    # with a message over several lines: one OSError with its errno and a one-line message.
-    try:
-        yield
-    except (OSError, RuntimeError) as error:
-        raise OSError(getattr(error, "errno", None), " ".join(str(error).split())) from error
-
-
-@contextlib.contextmanager
-def _hdf5_for_writing(path: str) -> Iterator[h5py.File]:
-    """An HDF5 file open for writing whose write errors are `OSError`s (see above); when the
-    body fails, closing it cannot replace that error (the file is discarded anyway)."""
-    with _hdf5_errors_as_os_errors():
-        handle = h5py.File(path, "w")
-    try:
-        yield handle
-    except BaseException:
-        with contextlib.suppress(Exception):
-            handle.close()
-        raise
-    with _hdf5_errors_as_os_errors():
-        handle.close()
+                with hdf5_errors_as_os_errors():
+                    for name, tensor in zip(CARRIED_STATE, carried):
+                        handle.create_dataset(name, data=tensor.cpu().numpy())
 
 
 def _restore_carried_state(embedder: SentenceEmbedder, chunk_path: str) -> None:
@@ -504,50 +636,6 @@ def _restore_carried_state(embedder: SentenceEmbedder, chunk_path: str) -> None:
     with h5py.File(chunk_path, "r") as handle:
         if "_carried_state_h" in handle:
             carried = tuple(  # type: ignore
-                torch.from_numpy(handle[name][...]) for name in ("_carried_state_h", "_carried_state_c")
+                torch.from_numpy(handle[name][...]) for name in CARRIED_STATE
             )
     embedder.batch_start_state.set(carried)
-
-
-def _merge(
-    partial_dir: str,
-    output_path: str,
-    num_chunks: int,
-    input_path: str,
-    use_sentence_keys: bool,
-    forget_sentences: bool,
-) -> None:
-    """Copies the chunks into OUTPUT under their final keys; OUTPUT appears only when complete."""
-    with atomic_output_path(output_path, suffix=".hdf5.merging") as temporary_path:
-        sentence_to_index: Dict[str, str] = {}
-        duplicates = 0
-        line_iterator = _iterate_lines(input_path)
-        with _hdf5_for_writing(temporary_path) as output:
-            for chunk_index in range(num_chunks):
-                with h5py.File(os.path.join(partial_dir, _chunk_name(chunk_index)), "r") as chunk:
-                    indices = sorted(int(name) for name in chunk if not name.startswith("_"))
-                    for index in indices:
-                        _, raw_line = next(line_iterator)
-                        sentence = _sentence_of(raw_line)
-                        if use_sentence_keys:
-                            # Sentence keys are the mapping already: 0.9 wrote none, and
-                            # clients list the file's keys as its sentences.
-                            if sentence in output:
-                                duplicates += 1
-                                continue
-                            key = sentence
-                        else:
-                            key = str(index)
-                            if not forget_sentences:
-                                sentence_to_index.setdefault(sentence, key)
-                        with _hdf5_errors_as_os_errors():
-                            chunk.copy(chunk[str(index)], output, name=key)
-            if not forget_sentences and not use_sentence_keys:
-                # 0.9's layout: a (1,) string dataset, read as json.loads(file[...][0]).
-                with _hdf5_errors_as_os_errors():
-                    mapping = output.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
-                    mapping[0] = json.dumps(sentence_to_index)
-        if duplicates:
-            logger.warning(
-                "%d repeated sentences were stored once each under their sentence key", duplicates
-            )

@@ -18,6 +18,7 @@ from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
 from elmo_plugin.modules.manylangs_encoder import ElmoForManyLangsEncoder
+from elmo_plugin.modules.segmented_reading import SegmentSink, read_in_segments
 from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BetweenSentencesState, LstmState
 from elmo_plugin.modules.token_vectors import CachedWordVectors, token_vectors
@@ -323,6 +324,26 @@ class ElmoBiLm(torch.nn.Module):
         ]
         activations.extend(lstm_outputs.unbind(0))
         return {"activations": activations, "mask": mask}
+
+    def forward_with_state(
+        self, inputs: torch.Tensor, initial_state: LstmState
+    ) -> Tuple[Dict[str, Union[torch.Tensor, List[torch.Tensor]]], LstmState]:
+        """`forward` from `initial_state` (see `ElmoLstm.forward_with_state`), leaving the
+        carried state alone; also returns the final state."""
+        token_representation, mask = self._embed_tokens(inputs, None)
+        lstm_outputs, final_state = self._elmo_lstm.forward_with_state(token_representation, mask, initial_state)
+        activations = [
+            torch.cat([token_representation, token_representation], dim=-1) * mask.unsqueeze(-1)
+        ]
+        activations.extend(lstm_outputs.unbind(0))
+        return {"activations": activations, "mask": mask}, final_state
+
+    def read_in_segments(
+        self, tokens: List[str], initial_state: LstmState, segment_tokens: int, sink: SegmentSink
+    ) -> LstmState:
+        """One sentence read `segment_tokens` positions at a time, its layers given to `sink`
+        segment by segment: memory bounded by the segment (see `segmented_reading`)."""
+        return read_in_segments(self, tokens, initial_state, segment_tokens, sink)
 
     def _embed_tokens(
         self, inputs: torch.Tensor, word_inputs: Optional[torch.Tensor]

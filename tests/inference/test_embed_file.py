@@ -34,15 +34,15 @@ def read_hdf5(path):
 def interrupt_after(embedder, batches):
     """Makes `embedder` raise KeyboardInterrupt (as Ctrl-C would) after `batches` batches."""
     calls = {"n": 0}
-    original = embedder.embed_batch
+    original = embedder.embed_batch_into
 
-    def flaky(batch):
+    def flaky(batch, writer):
         calls["n"] += 1
         if calls["n"] > batches:
             raise KeyboardInterrupt
-        return original(batch)
+        return original(batch, writer)
 
-    embedder.embed_batch = flaky
+    embedder.embed_batch_into = flaky
 
 
 class EmbedFileTestCase(AllenNlpTestCase):

@@ -71,7 +71,7 @@ class TestBadArguments(EmbedFileTestCase):
     def test_a_directory_as_output_is_refused_before_any_work(self):
         (self.TEST_DIR / "out.hdf5").mkdir()
         calls = []
-        self.embedder.embed_batch = lambda batch: calls.append(batch)
+        self.embedder.embed_batch_into = lambda batch, writer: calls.append(batch)
         with pytest.raises(ConfigurationError, match="out.hdf5 is a directory"):
             self.embed(self.write_input(SENTENCES))
         assert calls == []

@@ -1,0 +1,141 @@
+"""
+Several processes embedding one file, through torch.distributed (the engine AllenNLP's
+distributed training uses): launched by `torchrun` (on one machine or many, sharing a file
+system), or started here, `num_workers` local processes with the gloo backend.
+
+The file engine (`embed_file`) runs the same code in every process: the first one (rank 0)
+checks the input, prepares the partial output and tells the others what to do; each embeds its
+share of the chunks; rank 0 merges them when all have succeeded. This module is the plumbing:
+the process group, passing that plan around, and turning a worker's failure into one error.
+"""
+import contextlib
+import logging
+import os
+import re
+import socket
+from typing import Any, Callable, Iterator, Tuple
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing
+from allennlp.common.checks import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def rank_and_world() -> Tuple[int, int]:
+    """This process's rank and the number of processes (0, 1 outside torch.distributed)."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+@contextlib.contextmanager
+def process_group_of_launcher() -> Iterator[None]:
+    """
+    Inside a `torchrun` launch (its environment variables set, no process group yet), joins
+    the launched processes' group (gloo) for the duration; otherwise does nothing.
+    """
+    launched = all(name in os.environ for name in _LAUNCHER_VARIABLES) and int(os.environ["WORLD_SIZE"]) > 1
+    if not launched or (dist.is_available() and dist.is_initialized()):
+        yield
+        return
+    dist.init_process_group("gloo")
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def from_first(make: Callable[[], Any]) -> Any:
+    """
+    `make()` run by rank 0 and its result given to every process; an exception it raises is
+    raised in every process (the same error everywhere, so that all stop before any work).
+    """
+    rank, world = rank_and_world()
+    result: Any = None
+    if rank == 0:
+        try:
+            result = make()
+        except Exception as error:  # given to the others, then raised here too
+            result = error
+    if world > 1:
+        box = [result]
+        dist.broadcast_object_list(box, src=0)
+        result = box[0]
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def all_succeeded(succeeded: bool) -> bool:
+    """Whether every process got here with `succeeded` (each process must call it)."""
+    _, world = rank_and_world()
+    if world == 1:
+        return succeeded
+    flag = torch.tensor([1 if succeeded else 0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, output_path: str) -> None:
+    """
+    Starts `num_workers` local processes in one gloo group, each calling `run(embedder)` with
+    its own copy of `embedder` (its tensors shared through torch.multiprocessing) and its
+    share of the CPU's threads, and waits for them. A worker's error stops the run and is
+    raised here as one error naming the worker; the finished chunks stay in `OUTPUT.partial`
+    for `--resume`.
+    """
+    port = _free_port()
+    threads = max(1, (os.cpu_count() or 1) // num_workers)
+    try:
+        torch.multiprocessing.spawn(
+            _worker, args=(num_workers, port, threads, run, embedder), nprocs=num_workers, join=True
+        )
+    except torch.multiprocessing.ProcessRaisedException as error:
+        raise _worker_error(str(error), output_path) from None
+    except torch.multiprocessing.ProcessExitedException as error:
+        raise RuntimeError(
+            f"Embedding worker {error.error_index} of {num_workers} died ({_exit_reason(error)}); "
+            f"the others were stopped. Finished chunks are kept in {output_path}.partial: run the "
+            "same command with --resume."
+        ) from None
+
+
+def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embedder: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        run(embedder)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _worker_error(report: str, output_path: str) -> Exception:
+    """One error from a worker's traceback report: its last line, as the same error type for
+    a `ConfigurationError` (a bad input, found by the first worker)."""
+    lines = [line for line in report.strip().splitlines() if line.strip()]
+    worker = re.search(r"process (\d+) terminated", report)
+    last = lines[-1] if lines else report
+    type_name, _, message = last.partition(": ")
+    if type_name.endswith("ConfigurationError"):
+        return ConfigurationError(message)
+    who = f"worker {worker.group(1)}" if worker else "a worker"
+    return RuntimeError(
+        f"Embedding {who} failed: {last}. Finished chunks are kept in {output_path}.partial: "
+        "run the same command with --resume."
+    )
+
+
+def _exit_reason(error: "torch.multiprocessing.ProcessExitedException") -> str:
+    signal_name = getattr(error, "signal_name", None)
+    return f"signal {signal_name}" if signal_name else f"exit code {error.exit_code}"

@@ -1,0 +1,121 @@
+"""
+Several processes embedding one file (torch.distributed, gloo, on the CPU): the same output as
+one process, byte for byte; a dying worker stops the run with its error and leaves the finished
+chunks for --resume, with any number of processes; what cannot be shared is refused.
+"""
+import os
+import signal
+import subprocess
+import sys
+
+import filelock
+import h5py
+import numpy
+import pytest
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin import ElmoEmbedder
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT
+from tests.inference.test_embed_file import read_hdf5
+
+LINES = [" ".join(f"w{(i * 3 + j) % 29}" for j in range(1 + (i * 7) % 40)) for i in range(120)]
+OPTIONS = dict(chunk_size=10, batch_size=8)
+
+
+class KilledWorker(ElmoEmbedder):
+    """Worker 1 kills itself (SIGKILL) in its third batch; everyone else embeds normally."""
+
+    batches = 0
+
+    def embed_batch_into(self, batch, writer):
+        self.batches += 1
+        if os.environ.get("RANK") == "1" and self.batches == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        super().embed_batch_into(batch, writer)
+
+
+@pytest.fixture(scope="module")
+def single_process_output(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("single")
+    (directory / "input.txt").write_text("\n".join(LINES) + "\n")
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(
+        str(directory / "input.txt"), str(directory / "out.hdf5"), **OPTIONS)
+    return directory / "input.txt", read_hdf5(directory / "out.hdf5")
+
+
+def assert_identical(path, expected):
+    actual = read_hdf5(path)
+    assert set(actual) == set(expected)
+    for key, value in expected.items():
+        if isinstance(value, numpy.ndarray):
+            assert numpy.array_equal(actual[key], value), key
+        else:
+            assert actual[key] == value, key
+
+
+def test_two_workers_write_what_one_process_writes(single_process_output, tmp_path):
+    input_path, expected = single_process_output
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(
+        str(input_path), str(tmp_path / "out.hdf5"), num_workers=2, **OPTIONS)
+    assert_identical(tmp_path / "out.hdf5", expected)
+    assert sorted(os.listdir(tmp_path)) == ["out.hdf5"]
+
+
+def test_a_dying_worker_stops_the_run_and_resume_finishes_it_with_any_number(single_process_output, tmp_path):
+    input_path, expected = single_process_output
+    output = str(tmp_path / "out.hdf5")
+    with pytest.raises(RuntimeError, match=r"worker 1 of 2 died \(signal SIGKILL\).*out.hdf5.partial.*--resume"):
+        KilledWorker(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), output, num_workers=2, **OPTIONS)
+    assert not os.path.exists(output)
+    finished = [name for name in os.listdir(output + ".partial") if name.startswith("chunk_")]
+    assert finished  # worker 0's chunks at least (and worker 1's first two)
+    # One process finishes what two started: the chunks do not depend on who embeds them.
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), output, resume=True, **OPTIONS)
+    assert_identical(output, expected)
+
+
+def test_what_the_workers_cannot_share_is_refused(single_process_output, tmp_path):
+    input_path, _ = single_process_output
+    stateful = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True)
+    with pytest.raises(ConfigurationError, match="stateful mode: the carried state runs through the file in order"):
+        stateful.embed_file(str(input_path), str(tmp_path / "out.hdf5"), num_workers=2)
+    embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    with pytest.raises(ConfigurationError, match="num_workers must be positive"):
+        embedder.embed_file(str(input_path), str(tmp_path / "out.hdf5"), num_workers=0)
+    # A bad input found by the first worker is one error, here, before any work.
+    blank = tmp_path / "blank.txt"
+    blank.write_text("one\n\nthree\n")
+    with pytest.raises(ConfigurationError, match=r"blank.txt has blank lines \(line 2\)"):
+        embedder.embed_file(str(blank), str(tmp_path / "out.hdf5"), num_workers=2)
+    with filelock.FileLock(str(tmp_path / "out.hdf5") + ".lock"):
+        with pytest.raises(ConfigurationError, match="Another process is writing"):
+            embedder.embed_file(str(input_path), str(tmp_path / "out.hdf5"), num_workers=2)
+    assert not (tmp_path / "out.hdf5.partial").exists()
+
+
+def test_workers_compute_with_the_embedder_given_even_changed_after_loading(single_process_output, tmp_path):
+    input_path, expected = single_process_output
+    embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    with __import__("torch").no_grad():
+        next(embedder.elmo_bilm.parameters()).mul_(0.5)
+    embedder.embed_file(str(input_path), str(tmp_path / "one.hdf5"), **OPTIONS)
+    embedder.embed_file(str(input_path), str(tmp_path / "two.hdf5"), num_workers=2, **OPTIONS)
+    changed = read_hdf5(tmp_path / "one.hdf5")
+    assert_identical(tmp_path / "two.hdf5", changed)
+    assert not numpy.array_equal(changed["0"], expected["0"])
+
+
+def test_torchrun_launches_the_command_line(single_process_output, tmp_path):
+    input_path, expected = single_process_output
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "elmo_plugin", "elmo",
+         str(input_path), str(tmp_path / "out.hdf5"), "--all", "--deterministic",
+         "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
+         "--chunk-size", str(OPTIONS["chunk_size"]), "--batch-size", str(OPTIONS["batch_size"])],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert_identical(tmp_path / "out.hdf5", expected)
+    with h5py.File(tmp_path / "out.hdf5", "r") as handle:
+        assert "sentence_to_index" in handle
