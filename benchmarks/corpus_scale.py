@@ -75,7 +75,7 @@ def long_sentences(args, directory: Path) -> None:
     options, weights = model(directory, args.architecture)
     make_input(directory / "corpus.txt", 4000)
     words = (directory / "corpus.txt").read_text(encoding="utf-8").split()
-    print(f"| tokens | reading | seconds | tokens/s | RSS after load (MB) | peak RSS (MB) |")
+    print("| tokens | reading | seconds | tokens/s | RSS after load (MB) | peak RSS (MB) |")
     print("|---|---|---|---|---|---|")
     for length in args.lengths:
         path = directory / f"long_{length}.txt"

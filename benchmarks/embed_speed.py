@@ -37,6 +37,7 @@ import torch
 
 import elmo_plugin  # noqa: F401
 from elmo_plugin import ElmoBiLm, batch_to_ids
+from elmo_plugin.kernels import choice
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
@@ -64,6 +65,25 @@ def flops_per_position(options: ElmoOptions) -> float:
     p, c = options.projection_dim, options.cell_dim
     lstm = 2 * options.n_layers * (2 * p * 4 * c + 2 * p * 4 * c + 2 * c * p)
     return float(cnn + highway + projection + lstm)
+
+
+class WithFixedKernels(torch.nn.Module):
+    """A biLM whose products come from the fixed table (`ELMO_PLUGIN_KERNEL_CHOICE=fixed`)
+    rather than the kernels chosen on this machine: the two side by side in one run."""
+
+    def __init__(self, bilm: ElmoBiLm) -> None:
+        super().__init__()
+        self.bilm = bilm
+
+    def reset_states(self) -> None:
+        self.bilm.reset_states()
+
+    def forward(self, ids: torch.Tensor):
+        choice.set_mode(choice.FIXED)
+        try:
+            return self.bilm(ids)
+        finally:
+            choice.set_mode(None)
 
 
 def synchronize(device: torch.device) -> None:
@@ -148,6 +168,8 @@ def main() -> None:
             models[f"ours {precision}"] = (
                 ElmoBiLm(options_file, weight_file, precision=precision).eval().to(device)
             )
+        if device.type == "cpu" and choice.mode() == choice.MEASURE:
+            models["ours fixed kernels"] = WithFixedKernels(ElmoBiLm(options_file, weight_file).eval())
         if args.serial_directions:
             models["ours serial directions"] = ElmoBiLm(options_file, weight_file).eval().to(device)
             models["ours serial directions"].lstm.parallel_directions = False
@@ -155,7 +177,7 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} threads"
     memory = "peak GPU MB over models" if device.type == "cuda" else "peak RSS MB"
     print(f"original architecture, random weights, float32, {where}, "
-          f"{flops / 1e6:.0f} MFLOP per position")
+          f"{flops / 1e6:.0f} MFLOP per position; CPU: {cpu_description()}; kernel choice: {choice.mode()}")
     print(f"{'batch':>5} {'allennlp tok/s':>15} {'ours tok/s':>11} {'ratio':>6} {'max |diff|':>11} "
           f"{memory + ' allennlp':>21} {'ours':>6} {'GEMM GFLOP/s':>13} {'ours % of limit':>16}")
     for batch_size in args.batch_sizes:
@@ -203,6 +225,19 @@ def main() -> None:
             print(f"{'':>5} {name}: {rate:.1f} tok/s, {rate / allennlp_rate:.2f}x AllenNLP, "
                   f"{rate / our_rate:.2f}x ours float32; cosine to float32 per layer and token: "
                   f"min of layer means {min(cosines[name]):.5f}; {memory} {peaks[name]:.0f}")
+    if choice.mode() == choice.MEASURE and device.type == "cpu":
+        print(f"kernels chosen on this CPU (cache {choice.CACHE_PATH}):")
+        for name, label in sorted(choice._decisions.items()):
+            print(f"  {name}: {label}")
+
+
+def cpu_description() -> str:
+    import re
+
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"model name\s*:\s*(.*)", text)
+    flags = sorted(set(re.findall(r"\b(avx512\w*|avx2|fma|amx\w*)\b", text)))
+    return f"{model.group(1) if model else 'unknown'} ({' '.join(flags)})"
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Training the biLM on this machine: throughput and a real (short) run.
    and on held-out Brown sentences.
 
     python benchmarks/train_bilm.py speed --streams 32 --steps 6
+    python benchmarks/train_bilm.py speed --streams 32 --steps 6 --profile
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
 
 Needs ../shared/data (brown.zip, lm_eval/).
@@ -113,13 +114,17 @@ def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None)
     model.train()
     step = 0
     start = time.perf_counter()
+    record = torch.autograd.profiler.record_function
     for batch in data_loader:
         step_start = time.perf_counter()
         optimizer.zero_grad()
-        output = model(**batch)
-        output["loss"].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
-        optimizer.step()
+        with record("step: forward"):
+            output = model(**batch)
+        with record("step: backward"):
+            output["loss"].backward()
+        with record("step: clip and optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+            optimizer.step()
         step += 1
         forward_ids = batch["forward_tokens"]["elmo"]["elmo_tokens"][:, :-1]
         backward_ids = batch["backward_tokens"]["elmo"]["elmo_tokens"][:, 1:]
@@ -165,7 +170,51 @@ def train_on_brown(directory: str, streams: int, **limits):
     return model, vocabulary, steps, train_path, heldout_path
 
 
+def labelled_forward_parts(model: ElmoBiLmModel) -> None:
+    """Profiler labels around the forward of the token layer, the LSTM stack and the sampled
+    softmax (their backward shows under `step: backward`, by operator)."""
+    record = torch.autograd.profiler.record_function
+    parts = {"forward: char CNN + highway + projection": model._bilm._token_embedder,
+             "forward: LSTM stack": model._bilm.lstm, "forward: sampled softmax": model._softmax_loss}
+    for label, module in parts.items():
+        def enter(module, inputs, label=label):
+            module._profile_label = record(label)
+            module._profile_label.__enter__()
+
+        def leave(module, inputs, output):
+            module._profile_label.__exit__(None, None, None)
+
+        module.register_forward_pre_hook(enter)
+        module.register_forward_hook(leave)
+
+
+def run_profile(args) -> None:
+    """One profile of whole training steps: the phases, the forward parts, the top operators."""
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as directory:
+        train_path, _, vocabulary = prepare_brown(directory)
+        model = make_model(vocabulary)
+        labelled_forward_parts(model)
+        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        steps = train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
+                            max_steps=args.steps)
+        next(steps)  # one-off allocations
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            measured = list(steps)
+    total = sum(step["seconds"] for step in measured)
+    print(f"profile of {len(measured)} training steps, {args.streams} streams, {args.threads} threads: "
+          f"{total / len(measured):.2f} s/step (with the profiler's overhead)")
+    averages = profile.key_averages()
+    for event in sorted((e for e in averages if e.key.startswith(("step:", "forward:"))), key=lambda e: e.key):
+        print(f"  {event.key}: {event.cpu_time_total / 1e3 / len(measured):.0f} ms/step "
+              f"({event.cpu_time_total / 1e6 / total:.0%})")
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=18))
+
+
 def run_speed(args) -> None:
+    if args.profile:
+        run_profile(args)
+        return
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
@@ -243,6 +292,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
     args = parser.parse_args()
     run_speed(args) if args.part == "speed" else run_brown(args)
 

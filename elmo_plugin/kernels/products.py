@@ -13,9 +13,11 @@ records the product, and the role:
 | LSTM recurrent | one row: MKL packed (`mkl_packed`); more: oneDNN | packed copy |
 | LSTM and char projections | `functional.linear` (MKL): oneDNN's long sums are less exact | packed copy |
 
-Everything else (training, float64, a GPU) uses `functional.linear`. A new backend (a GPU
-kernel, a per-machine choice) is a new branch in `Kernels.product`, and nothing in the blocks
-changes.
+This table is the fallback (`ELMO_PLUGIN_KERNEL_CHOICE=fixed`): by default each float32 CPU
+inference product runs with the fastest of these kernels on this machine, measured at its first
+use under an accuracy rule (`choice`). Everything else (training, float64, a GPU) uses
+`functional.linear`. A new backend (a GPU kernel) is a new candidate or branch in
+`Kernels.product`, and nothing in the blocks changes.
 """
 import contextlib
 import enum
@@ -25,7 +27,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.kernels import mkl_packed, onednn
+from elmo_plugin.kernels import choice, mkl_packed, onednn
 from elmo_plugin.kernels.onednn import Product
 from elmo_plugin.kernels.reduced_precision import FLOAT32, INT8, PackedLinear, check_precision
 
@@ -57,6 +59,28 @@ def weight_matrix(layer: torch.nn.Module) -> torch.Tensor:
 def _plain_product(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Product:
     def product(inputs: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.linear(inputs, weight, bias)
+
+    return product
+
+
+def _measured_choice(
+    role: Role, weight: torch.Tensor, bias: Optional[torch.Tensor], candidates: Dict[str, Product]
+) -> Product:
+    """The fastest eligible candidate for each row-count class, decided at its first call
+    (`choice`), then looked up here without asking again."""
+    if len(candidates) == 1:
+        return candidates["mkl"]
+    shape = (weight.size(0), weight.size(1))
+    labels: Dict[str, str] = {}
+
+    def product(inputs: torch.Tensor) -> torch.Tensor:
+        rows = choice.row_class(inputs.numel() // max(1, inputs.size(-1)))
+        label = labels.get(rows)
+        if label is None:
+            if inputs.numel() == 0 or inputs.dtype is not torch.float32:
+                return candidates["mkl"](inputs)
+            label = labels[rows] = choice.chosen((role.value, shape, rows), candidates, inputs, weight, bias)
+        return candidates[label](inputs)
 
     return product
 
@@ -160,12 +184,17 @@ class Kernels:
             )
         ):
             return _plain_product(weight, bias)
-        if (
-            role is Role.LSTM_RECURRENT
-            and rows == 1
-            and not torch.is_grad_enabled()
-            and mkl_packed.available()
-        ):
+        one_row_packed = (
+            role is Role.LSTM_RECURRENT and rows == 1 and not torch.is_grad_enabled() and mkl_packed.available()
+        )
+        if choice.mode() == choice.MEASURE:
+            candidates = {"mkl": _plain_product(weight, bias)}
+            if onednn.available():
+                candidates["onednn"] = onednn.onednn_product(weight, bias)
+            if one_row_packed:
+                candidates["mkl_packed"] = mkl_packed.packed_product(self._mkl_packed_weight(layer, weight), weight, bias)
+            return _measured_choice(role, weight, bias, candidates)
+        if one_row_packed:
             return mkl_packed.packed_product(self._mkl_packed_weight(layer, weight), weight, bias)
         if role in _ONEDNN_ROLES and onednn.available():
             return onednn.onednn_product(weight, bias)

@@ -1,0 +1,203 @@
+"""
+The float32 kernel of each product, chosen on the machine that runs it.
+
+Which of MKL's product (`functional.linear`), oneDNN's (`onednn`) and MKL's packed single-row
+product (`mkl_packed`) is fastest depends on the CPU (AVX512 or AVX2 only, cache sizes), the
+thread count and the shape, and a table measured on one CPU was wrong on another
+(BENCHMARKS.md). So the first product of each shape class in a process times the candidates
+on its own inputs and keeps the fastest; a class is the product's role, its weight's shape,
+and its row-count class (1, 2-8, 9-64, 65-512, more).
+
+The accuracy rule (the oracle tests' bound, per product): a candidate whose largest error
+against the float64 product is above `ACCURACY_FACTOR` times that of `functional.linear` (what
+AllenNLP computes with), plus a few ulps, is not eligible, whatever its speed.
+
+Decisions are kept in `CACHE_PATH` (under AllenNLP's cache root), keyed by the CPU's model and
+flags and the torch version, so that later processes on the machine compute with the same
+kernels, without measuring again: the worker processes of one `allennlp elmo` run and a
+resumed run give the bytes of one process. A file lock makes the processes of a machine
+measure each class once. Each decision is logged once per process at INFO.
+
+`ELMO_PLUGIN_KERNEL_CHOICE=fixed` (or `set_mode("fixed")`) turns the choice off: the table of
+`products` (oneDNN for the wide products, MKL for the projections, MKL packed at one row).
+"""
+import hashlib
+import json
+import logging
+import os
+import platform
+import re
+import threading
+import time
+from typing import Callable, Dict, Optional, Tuple
+
+import filelock
+import torch
+from allennlp.common.file_utils import CACHE_ROOT
+
+from elmo_plugin.kernels.onednn import Product
+
+logger = logging.getLogger(__name__)
+
+MEASURE, FIXED = "measure", "fixed"
+MODES = (MEASURE, FIXED)
+ENVIRONMENT_VARIABLE = "ELMO_PLUGIN_KERNEL_CHOICE"
+CACHE_PATH = CACHE_ROOT / "elmo_plugin" / "kernel_choice.json"
+ACCURACY_FACTOR = 2.0
+# The rows a measurement uses at most (the char CNN's products have tens of thousands).
+_MEASURED_ROWS = 2048
+_TIMED_REPEATS = 5
+
+_mode: Optional[str] = None
+_decisions: Dict[str, str] = {}
+_lock = threading.Lock()
+_warned_about_cache = False
+
+
+def mode() -> str:
+    """`"measure"` (the default) or `"fixed"`, from `set_mode` or the environment."""
+    if _mode is not None:
+        return _mode
+    value = os.environ.get(ENVIRONMENT_VARIABLE, MEASURE).strip().lower()
+    if value not in MODES:
+        raise ValueError(f"{ENVIRONMENT_VARIABLE}={value!r}: expected one of {MODES}")
+    return value
+
+
+def set_mode(value: Optional[str]) -> None:
+    """Overrides the environment for this process (`None`: back to the environment)."""
+    global _mode
+    if value is not None and value not in MODES:
+        raise ValueError(f"kernel choice mode {value!r}: expected one of {MODES}")
+    _mode = value
+
+
+def forget_decisions() -> None:
+    """Clears this process's decisions (not the machine's cache file): for tests."""
+    global _warned_about_cache
+    with _lock:
+        _decisions.clear()
+        _warned_about_cache = False
+
+
+def row_class(rows: int) -> str:
+    for limit in (1, 8, 64, 512):
+        if rows <= limit:
+            return str(limit)
+    return "many"
+
+
+def cpu_identity() -> str:
+    """The CPU's model, flags and core count and the torch version: what a decision holds for."""
+    model, flags = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            text = info.read()
+        found = re.search(r"model name\s*:\s*(.*)", text)
+        model = found.group(1).strip() if found else model
+        found = re.search(r"flags\s*:\s*(.*)", text)
+        flags = " ".join(sorted(set(found.group(1).split()))) if found else ""
+    except OSError:
+        pass
+    digest = hashlib.sha256(f"{model}|{flags}|{os.cpu_count()}".encode()).hexdigest()[:16]
+    return f"{model} [{digest}] torch {torch.__version__}"
+
+
+def chosen(
+    key: Tuple[str, Tuple[int, int], str],
+    candidates: Dict[str, Product],
+    inputs: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+) -> str:
+    """
+    The name of the candidate to use for the product class `key` (role, weight shape, row
+    class): decided before in this process, read from the machine's cache, or measured now
+    on `inputs` (and cached). `candidates` holds `functional.linear` as `"mkl"`.
+    """
+    # Not keyed by the thread count: the worker processes of a run (fewer threads each) must
+    # compute with the kernels of the single process whose bytes they reproduce.
+    # The candidates too: a one-row step inside a batch has no packed weight to choose.
+    name = f"{key[0]} {key[1][0]}x{key[1][1]} rows<={key[2]} from {'/'.join(sorted(candidates))}"
+    decided = _decisions.get(name)
+    if decided is not None and decided in candidates:
+        return decided
+    with _lock:  # the two directions side by side ask at once
+        decided = _decisions.get(name)
+        if decided is None or decided not in candidates:
+            decided = _decide(name, candidates, inputs, weight, bias)
+            _decisions[name] = decided
+    return decided
+
+
+def _decide(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, weight: torch.Tensor,
+            bias: Optional[torch.Tensor]) -> str:
+    identity = cpu_identity()
+    try:
+        CACHE_PATH.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(CACHE_PATH) + ".lock", timeout=600):
+            cache = _read_cache()
+            cached = cache.get(identity, {}).get(name)
+            if cached in candidates:
+                logger.info("Kernel for %s: %s (decided before on this CPU, %s)", name, cached, CACHE_PATH)
+                return cached
+            decided = _measure(name, candidates, inputs, weight, bias)
+            cache.setdefault(identity, {})[name] = decided
+            _write_cache(cache)
+            return decided
+    except (OSError, filelock.Timeout) as error:
+        global _warned_about_cache
+        if not _warned_about_cache:
+            _warned_about_cache = True
+            logger.warning("The kernel choice cache %s cannot be used (%s): choosing for this process only; "
+                           "other processes may choose differently.", CACHE_PATH, error)
+        return _measure(name, candidates, inputs, weight, bias)
+
+
+def _read_cache() -> Dict[str, Dict[str, str]]:
+    try:
+        with open(CACHE_PATH, encoding="utf-8") as file:
+            cache = json.load(file)
+        return cache if isinstance(cache, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except ValueError:
+        logger.warning("The kernel choice cache %s is not JSON; measuring again.", CACHE_PATH)
+        return {}
+
+
+def _write_cache(cache: Dict[str, Dict[str, str]]) -> None:
+    temporary = CACHE_PATH.with_name(f".{CACHE_PATH.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump(cache, file, indent=1, sort_keys=True)
+    os.replace(temporary, CACHE_PATH)
+
+
+def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, weight: torch.Tensor,
+             bias: Optional[torch.Tensor]) -> str:
+    sample = inputs.reshape(-1, inputs.size(-1))[:_MEASURED_ROWS].contiguous()
+    exact = torch.nn.functional.linear(sample.double(), weight.double(), None if bias is None else bias.double())
+    errors = {label: (product(sample).double() - exact).abs().max().item() for label, product in candidates.items()}
+    # Plus a few float32 ulps of the outputs' size, so that an error of 0 by luck (a short
+    # sum) does not make every other order of adding ineligible.
+    bound = ACCURACY_FACTOR * errors["mkl"] + 4 * torch.finfo(torch.float32).eps * exact.abs().max().item()
+    eligible = [label for label in candidates if label == "mkl" or errors[label] <= bound]
+    seconds = {label: timed(candidates[label], sample) for label in eligible}
+    decided = min(eligible, key=lambda label: seconds[label])
+    logger.info(
+        "Kernel for %s: %s, measured on this CPU (%s; largest errors against float64: %s)", name, decided,
+        ", ".join(f"{label} {seconds[label] * 1e3:.3f} ms" for label in eligible),
+        ", ".join(f"{label} {error:.1e}" for label, error in errors.items()),
+    )
+    return decided
+
+
+def timed(product: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor) -> float:
+    """The least of a few timings of `product(inputs)`, after one to warm up."""
+    product(inputs)
+    best = float("inf")
+    for _ in range(_TIMED_REPEATS):
+        start = time.perf_counter()
+        product(inputs)
+        best = min(best, time.perf_counter() - start)
+    return best

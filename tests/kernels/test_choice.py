@@ -1,0 +1,134 @@
+"""
+The float32 kernel chosen on the machine: the fastest eligible candidate per product class,
+the accuracy rule, the machine's cache, the switch, and the biLM's outputs whichever kernel
+wins (the oracle's float32 bound and the TensorFlow fixture).
+"""
+import json
+import logging
+
+import pytest
+import torch
+
+from elmo_plugin import ElmoBiLm, batch_to_ids
+from elmo_plugin.kernels import choice, mkl_packed, onednn
+from elmo_plugin.kernels.products import Kernels, Role
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
+from tests.modules.oracle import check_bilm_equals_allennlp, check_top_layer_matches_tensorflow
+
+needs_both = pytest.mark.skipif(not (onednn.available() and mkl_packed.available()), reason="needs oneDNN and MKL")
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """Measured choice with a cache of its own and no decision from before."""
+    monkeypatch.setattr(choice, "CACHE_PATH", tmp_path / "kernel_choice.json")
+    choice.set_mode(choice.MEASURE)
+    choice.forget_decisions()
+    yield tmp_path / "kernel_choice.json"
+    choice.set_mode(None)
+    choice.forget_decisions()
+
+
+def winning(monkeypatch, winner):
+    """Timings in which `winner` is fastest; returns the list of products timed."""
+    timed, labels = [], {}  # labels: every candidate seen (both directions ask side by side)
+
+    def fake_timed(product, inputs):
+        timed.append(product)
+        return 0.0 if labels.get(id(product)) == winner else 1.0
+
+    real_chosen = choice.chosen
+
+    def chosen(key, candidates, inputs, weight, bias):
+        labels.update({id(product): label for label, product in candidates.items()})
+        return real_chosen(key, candidates, inputs, weight, bias)
+
+    monkeypatch.setattr(choice, "timed", fake_timed)
+    monkeypatch.setattr(choice, "chosen", chosen)
+    return timed
+
+
+@needs_both
+@pytest.mark.parametrize("winner", ["mkl", "onednn"])
+def test_the_fastest_is_used_cached_for_the_machine_and_logged_once(measuring, monkeypatch, caplog, winner):
+    timed = winning(monkeypatch, winner)
+    layer = torch.nn.Linear(16, 64)
+    inputs = torch.randn(20, 16)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger=choice.__name__):
+        first = Kernels().product(Role.LSTM_INPUT, layer)(inputs)
+        again = Kernels().product(Role.LSTM_INPUT, layer)(inputs)
+    assert len(timed) == 2  # both candidates, timed once
+    torch.testing.assert_close(first, layer(inputs), rtol=0, atol=1e-6)
+    assert torch.equal(first, again)
+    messages = [r.getMessage() for r in caplog.records if r.name == choice.__name__]
+    assert len(messages) == 1 and f"lstm input 64x16 rows<=64 from mkl/onednn: {winner}, measured on this CPU" in messages[0]
+    cache = json.loads(measuring.read_text())
+    assert cache == {choice.cpu_identity(): {"lstm input 64x16 rows<=64 from mkl/onednn": winner}}
+    # Another process of the machine (no decision of its own yet) reads it, measuring nothing.
+    choice.forget_decisions()
+    timed.clear()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger=choice.__name__):
+        Kernels().product(Role.LSTM_INPUT, layer)(inputs)
+    assert not timed and "decided before on this CPU" in caplog.records[-1].getMessage()
+    # Another row class is another decision.
+    with torch.no_grad():
+        Kernels().product(Role.LSTM_INPUT, layer)(torch.randn(1000, 16))
+    assert "lstm input 64x16 rows<=many from mkl/onednn" in json.loads(measuring.read_text())[choice.cpu_identity()]
+
+
+def test_a_candidate_less_accurate_than_the_rule_allows_is_never_chosen(measuring, monkeypatch):
+    weight, bias = torch.randn(64, 256), torch.randn(64)
+
+    def sloppy(inputs):
+        return torch.nn.functional.linear(inputs, weight, bias) + 1e-3
+
+    def exact(inputs):
+        return torch.nn.functional.linear(inputs, weight, bias)
+
+    monkeypatch.setattr(choice, "timed", lambda product, inputs: 0.0 if product is sloppy else 1.0)
+    candidates = {"mkl": exact, "onednn": sloppy}
+    assert choice.chosen(("highway", (64, 256), "64"), candidates, torch.randn(30, 256), weight, bias) == "mkl"
+
+
+@needs_both
+def test_a_fixed_choice_measures_nothing(measuring, monkeypatch):
+    timed = winning(monkeypatch, "mkl")
+    choice.set_mode(choice.FIXED)
+    with torch.no_grad():
+        Kernels().product(Role.HIGHWAY, torch.nn.Linear(8, 16))(torch.randn(4, 8))
+    assert not timed and not measuring.exists()
+
+
+def test_the_switch_names_what_it_accepts(monkeypatch):
+    monkeypatch.setenv(choice.ENVIRONMENT_VARIABLE, "fastest")
+    with pytest.raises(ValueError, match="ELMO_PLUGIN_KERNEL_CHOICE='fastest': expected one of"):
+        choice.mode()
+    monkeypatch.setenv(choice.ENVIRONMENT_VARIABLE, "Fixed")
+    assert choice.mode() == choice.FIXED
+
+
+def test_an_unusable_cache_still_chooses_and_says_so(measuring, monkeypatch, tmp_path, caplog):
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("")
+    monkeypatch.setattr(choice, "CACHE_PATH", blocker / "kernel_choice.json")
+    weight = torch.randn(8, 4)
+    with caplog.at_level(logging.WARNING, logger=choice.__name__):
+        decided = choice.chosen(("highway", (8, 4), "8"), {"mkl": lambda x: x @ weight.T}, torch.randn(3, 4), weight, None)
+    assert decided == "mkl"
+    assert "cannot be used" in caplog.text and "other processes may choose differently" in caplog.text
+
+
+@needs_both
+@pytest.mark.parametrize("winner", ["mkl", "onednn", "mkl_packed"])
+def test_the_bilm_stays_within_the_oracles_bound_whichever_kernel_wins(measuring, monkeypatch, winner):
+    # mkl_packed is a candidate for one-row recurrent products only; elsewhere mkl or oneDNN win.
+    winning(monkeypatch, winner)
+    check_top_layer_matches_tensorflow(torch.device("cpu"))
+    check_bilm_equals_allennlp(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, torch.device("cpu"))
+    bilm = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=False)
+    with torch.no_grad():
+        alone = bilm(batch_to_ids([["The", "bats", "hang", "."]]))["activations"][2][0]
+        batched = bilm(batch_to_ids([["The", "bats", "hang", "."], ["x"] * 9]))["activations"][2][0, :6]
+    torch.testing.assert_close(alone, batched, rtol=0, atol=1e-6)
+    decided = json.loads(measuring.read_text())[choice.cpu_identity()]
+    assert decided["lstm recurrent 256x16 rows<=1 from mkl/mkl_packed/onednn"] == winner
