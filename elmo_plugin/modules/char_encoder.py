@@ -167,7 +167,12 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         product = self.kernels.product(Role.CHAR_CNN, convolution)
         # (tokens, positions, out_channels)
         products = product(windows.reshape(num_tokens, windows.size(1), char_dim * width))
-        return torch.max(products, dim=1)[0]
+        if torch.is_grad_enabled() and products.requires_grad:
+            # Its backward sends each gradient to one window, also where windows tie (the
+            # padding of short tokens).
+            return torch.max(products, dim=1)[0]
+        # The same maxima without their positions: several times faster over this middle axis.
+        return products.amax(dim=1)
 
     def _apply_highways(self, pooled: torch.Tensor) -> torch.Tensor:
         # AllenNLP's Highway: y = g * x + (1 - g) * relu(A x), with g = sigmoid(B x).
