@@ -20,15 +20,13 @@ its words run together (repeated where it needs more). Threads: `--threads` (def
 """
 import argparse
 import json
-import os
-import platform
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from embed_file import make_input  # benchmarks/embed_file.py: WikiText-2 lines of 3-60 tokens
+from embed_speed import cpu_description
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,13 +44,6 @@ print(json.dumps({"seconds": time.perf_counter() - start, "loaded_mb": loaded,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "children_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
-
-
-def cpu_flags() -> str:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    model = re.search(r"model name\s*:\s*(.*)", text)
-    flags = sorted(set(re.findall(r"\b(avx512\w*|avx2|fma)\b", text)))
-    return f"{model.group(1) if model else platform.processor()}; {os.cpu_count()} cores; {' '.join(flags)}"
 
 
 def model(directory: Path, architecture: str):
@@ -140,7 +131,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--chunk-size", type=int, default=500, help="workers: lines per chunk, the unit shared out")
     args = parser.parse_args()
-    print(f"CPU: {cpu_flags()}; torch threads {args.threads}; architecture {args.architecture}")
+    print(f"CPU: {cpu_description()}; torch threads {args.threads}; architecture {args.architecture}")
     with tempfile.TemporaryDirectory() as directory:
         {"long": long_sentences, "budget": budgets, "workers": workers}[args.part](args, Path(directory))
 

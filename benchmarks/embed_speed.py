@@ -232,12 +232,14 @@ def main() -> None:
 
 
 def cpu_description() -> str:
+    """The CPU's model, core count and vector flags: what every figure must be read with."""
+    import os
     import re
 
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"model name\s*:\s*(.*)", text)
     flags = sorted(set(re.findall(r"\b(avx512\w*|avx2|fma|amx\w*)\b", text)))
-    return f"{model.group(1) if model else 'unknown'} ({' '.join(flags)})"
+    return f"{model.group(1) if model else 'unknown'}, {os.cpu_count()} cores ({' '.join(flags)})"
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.inference.embed_file import DEFAULT_BATCH_SIZE, embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
-from elmo_plugin.modules.segmented_reading import FORWARD
+from elmo_plugin.modules.segmented_reading import direction_columns
 from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BatchStartState
 from elmo_plugin.weights import pretrained
@@ -63,8 +63,7 @@ class _ArrayWriter:
         self._arrays[row] = numpy.empty((layers, num_tokens, dim), dtype=numpy.float32)
 
     def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
-        half = self._shape[1] // 2
-        columns = slice(0, half) if direction == FORWARD else slice(half, 2 * half)
+        columns = direction_columns(direction, self._shape[1])
         for index, layer in enumerate(layers):
             self._arrays[row][index, start:stop, columns] = layer.cpu().numpy()
 

@@ -305,10 +305,11 @@ def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optio
     """One process's part of a run (the whole run in a single process). `expected_identity`:
     that of the embedder a worker's copy was made from."""
     rank, world = workers.rank_and_world()
-    if expected_identity is not None and embedder.identity() != expected_identity:
+    identity = embedder.identity()  # a digest of every weight: computed once per process
+    if expected_identity is not None and identity != expected_identity:
         raise ConfigurationError(
             f"The embedder's copy in worker {rank} differs from the embedder given "
-            f"({_differences(expected_identity, embedder.identity())}): it would compute other "
+            f"({_differences(expected_identity, identity)}): it would compute other "
             "vectors than the one process would. Embed with one process (num_workers=1)."
         )
     if world > 1:
@@ -318,12 +319,12 @@ def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optio
         def prepare() -> _Plan:
             # The first process holds the lock for the run; if it cannot, all learn why.
             held.enter_context(_sole_writer(request.output_path))
-            return _prepare(request, embedder)
+            return _prepare(request, embedder, identity)
 
         plan = workers.from_first(prepare)
-        if dict(plan.identity) != embedder.identity():
+        if dict(plan.identity) != identity:
             raise ConfigurationError(
-                f"Worker {rank}'s biLM differs from worker 0's ({_differences(dict(plan.identity), embedder.identity())}): "
+                f"Worker {rank}'s biLM differs from worker 0's ({_differences(dict(plan.identity), identity)}): "
                 "every worker must load the same model, precision and device type."
             )
         to_embed = plan.num_chunks - len(plan.done_chunks)
@@ -352,8 +353,9 @@ def _differences(first: Dict[str, str], second: Dict[str, str]) -> str:
     return ", ".join(sorted(key for key in first if first.get(key) != second.get(key)))
 
 
-def _prepare(request: _Request, embedder: SentenceEmbedder) -> _Plan:
-    """Validates the input and prepares `OUTPUT.partial` (the first process only)."""
+def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, str]) -> _Plan:
+    """Validates the input and prepares `OUTPUT.partial` (the first process only); `identity`
+    is `embedder.identity()`."""
     chunk_size = request.chunk_size
     if embedder.stateful:
         assert request.batch_size is not None  # embed_file gives stateful runs 0.9's default
@@ -368,7 +370,6 @@ def _prepare(request: _Request, embedder: SentenceEmbedder) -> _Plan:
         shutil.rmtree(partial_dir)
     summary = _validate_input(request.input_path, request.use_sentence_keys, request.forget_sentences,
                               request.allow_empty_lines)
-    identity = embedder.identity()
     settings = _RunSettings(
         input_path=os.path.abspath(request.input_path),
         input_size=os.path.getsize(request.input_path),

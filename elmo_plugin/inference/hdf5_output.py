@@ -22,6 +22,7 @@ import numpy
 import torch
 
 from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.modules.segmented_reading import direction_columns
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +91,7 @@ class ChunkWriter:
             self._handle.create_dataset(self._keys[row], shape=shape, dtype=numpy.float32)
 
     def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
-        half = self._dim // 2
-        columns = slice(0, half) if direction == "forward" else slice(half, self._dim)
+        columns = direction_columns(direction, self._dim)
         # (layers, tokens, half): the output format applied to one direction's half.
         halves = numpy.stack([layer.cpu().numpy() for layer in layers])
         dataset = self._handle[self._keys[row]]

@@ -21,6 +21,7 @@ measure each class once. Each decision is logged once per process at INFO.
 `ELMO_PLUGIN_KERNEL_CHOICE=fixed` (or `set_mode("fixed")`) turns the choice off: the table of
 `products` (oneDNN for the wide products, MKL for the projections, MKL packed at one row).
 """
+import functools
 import hashlib
 import json
 import logging
@@ -87,6 +88,7 @@ def row_class(rows: int) -> str:
     return "many"
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_identity() -> str:
     """The CPU's model, flags and core count and the torch version: what a decision holds for."""
     model, flags = platform.processor(), ""

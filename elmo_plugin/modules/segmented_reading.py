@@ -27,6 +27,12 @@ SegmentSink = Callable[[str, int, int, List[torch.Tensor]], None]
 FORWARD, BACKWARD = "forward", "backward"
 
 
+def direction_columns(direction: str, output_dim: int) -> slice:
+    """The columns of a `(.., output_dim)` biLM layer that hold `direction`'s half."""
+    half = output_dim // 2
+    return slice(0, half) if direction == FORWARD else slice(half, output_dim)
+
+
 @torch.no_grad()
 def read_in_segments(
     bilm: torch.nn.Module,
