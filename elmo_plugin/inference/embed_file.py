@@ -327,13 +327,8 @@ def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optio
                 f"Worker {rank}'s biLM differs from worker 0's ({_differences(dict(plan.identity), identity)}): "
                 "every worker must load the same model, precision and device type."
             )
-        to_embed = plan.num_chunks - len(plan.done_chunks)
-        if rank == 0 and 1 < world and to_embed < 2 * world:
-            logger.warning(
-                "%d chunks to embed for %d processes: a process embeds whole chunks, so some wait "
-                "while others work; a smaller --chunk-size (now %d lines) shares the work better.",
-                to_embed, world, plan.chunk_size,
-            )
+        if rank == 0:
+            _warn_if_few_chunks(plan, world)
         succeeded = False
         try:
             _embed_share(request, plan, embedder, rank, world)
@@ -347,6 +342,16 @@ def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optio
             )
         if rank == 0:
             _finish(request, plan)
+
+
+def _warn_if_few_chunks(plan: _Plan, world: int) -> None:
+    to_embed = plan.num_chunks - len(plan.done_chunks)
+    if 1 < world and to_embed < 2 * world:
+        logger.warning(
+            "%d chunks to embed for %d processes: a process embeds whole chunks, so some wait "
+            "while others work; a smaller --chunk-size (now %d lines) shares the work better.",
+            to_embed, world, plan.chunk_size,
+        )
 
 
 def _differences(first: Dict[str, str], second: Dict[str, str]) -> str:
