@@ -20,6 +20,7 @@ from elmo_plugin.data.bilm_corpus_reader import (
 )
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
+from elmo_plugin.kernels import allocation
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
 from elmo_plugin.training.oov_rate import OutOfVocabularyRate
@@ -244,6 +245,9 @@ class ElmoBiLmModel(Model):
                 "elmo_bilm: expected a 'tokens' field (sentences) or 'forward_tokens', "
                 "'backward_tokens' and 'metadata' (packed windows) from elmo_bilm_corpus."
             )
+        if self.training and next(self._bilm.parameters()).device.type == "cpu":
+            # Each step frees and allocates the same large tensors again (kernels/allocation.py).
+            allocation.keep_freed_memory_for_reuse()
         if tokens is not None:
             forward_output, backward_output, targets, mask = self._read_sentences(tokens)
             forward_targets, backward_targets = targets

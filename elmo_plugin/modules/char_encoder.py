@@ -9,7 +9,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
-from elmo_plugin.kernels.products import Kernels, Role
+from elmo_plugin.kernels.products import Kernels, Role, weight_matrix
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights
@@ -20,6 +20,35 @@ _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 # Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
 # per token for the published models' widest filters) would otherwise dominate peak memory.
 TOKENS_PER_CNN_CHUNK = 512
+
+
+class MaxOverPositions(torch.autograd.Function):
+    """
+    The maximum over dimension 1 of `(tokens, positions, filters)` products, with bilm-tf's
+    gradient (TensorFlow's `reduce_max`): each maximum's gradient split equally among the
+    positions that reach it. (Ties come from identical windows, such as the padding after
+    short tokens, so every parameter's gradient is the same as with one chosen position, as
+    `torch.max` and AllenNLP's encoder do: identical windows hold the same characters.) `torch.max` with positions takes several times longer
+    over this middle axis than `amax` and a comparison.
+    """
+
+    @staticmethod
+    def forward(ctx, products: torch.Tensor) -> torch.Tensor:
+        # (tokens, filters)
+        maxima = products.amax(dim=1)
+        # (tokens, positions, filters), a byte each
+        ctx.save_for_backward(products == maxima.unsqueeze(1))
+        return maxima
+
+    @staticmethod
+    def backward(ctx, gradient: torch.Tensor) -> torch.Tensor:
+        (reaches_maximum,) = ctx.saved_tensors
+        # (tokens, filters): how many positions share each maximum, counted in bytes where
+        # they fit (far faster than a boolean sum)
+        count_dtype = torch.uint8 if reaches_maximum.size(1) < 256 else torch.int32
+        ties = reaches_maximum.view(torch.uint8).sum(dim=1, dtype=count_dtype)
+        share = (gradient / ties).unsqueeze(1)
+        return torch.where(reaches_maximum, share, 0.0)
 
 
 class ElmoCharacterEncoder(ElmoTokenEncoder):
@@ -164,15 +193,20 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         width = convolution.kernel_size[0]
         # (tokens, positions, char_dim, width): the layout of the filters' (char_dim, width)
         windows = characters.unfold(1, width, 1)
+        # (tokens, positions, char_dim x width)
+        rows = windows.reshape(num_tokens, windows.size(1), char_dim * width)
+        if torch.is_grad_enabled() and any(
+            t.requires_grad for t in (rows, convolution.weight, convolution.bias)
+        ):
+            # A filter's bias is the same at every position, so it is added after the maximum
+            # (the same maxima up to float rounding) to one value per filter, not to every
+            # window. Plain products: oneDNN's (`Kernels`) have no gradient.
+            # (tokens, positions, out_channels)
+            products = torch.nn.functional.linear(rows, weight_matrix(convolution))
+            return MaxOverPositions.apply(products) + convolution.bias
         product = self.kernels.product(Role.CHAR_CNN, convolution)
-        # (tokens, positions, out_channels)
-        products = product(windows.reshape(num_tokens, windows.size(1), char_dim * width))
-        if torch.is_grad_enabled() and products.requires_grad:
-            # Its backward sends each gradient to one window, also where windows tie (the
-            # padding of short tokens).
-            return torch.max(products, dim=1)[0]
-        # The same maxima without their positions: several times faster over this middle axis.
-        return products.amax(dim=1)
+        # The maxima without their positions: several times faster over this middle axis.
+        return product(rows).amax(dim=1)
 
     def _apply_highways(self, pooled: torch.Tensor) -> torch.Tensor:
         # AllenNLP's Highway: y = g * x + (1 - g) * relu(A x), with g = sigmoid(B x).

@@ -216,3 +216,20 @@ class TestElmoBiLmModelTrainsSavesAndLoads(ModelTestCase):
             ),
             seed=BILM_SEED,
         )
+
+
+def test_training_on_the_cpu_keeps_freed_memory_for_the_next_step(monkeypatch):
+    from elmo_plugin.kernels import allocation
+
+    calls = []
+    monkeypatch.setattr(allocation, "keep_freed_memory_for_reuse", lambda: calls.append(1))
+    model = tiny_model()
+    instance = next(iter(BiLmCorpusReader(window_size=5, num_streams=1).read(BILM_TRAIN_TEXT)))
+    batch = Batch([instance])
+    batch.index_instances(model.vocab)
+    model.eval()
+    model(**batch.as_tensor_dict())
+    assert calls == []
+    model.train()
+    model(**batch.as_tensor_dict())
+    assert calls == [1]

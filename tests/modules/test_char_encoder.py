@@ -75,3 +75,42 @@ def test_a_word_input_biLM_is_refused_by_name():
     options = ElmoOptions.from_dict({"lstm": {"dim": 8, "projection_dim": 4, "n_layers": 1}})
     with pytest.raises(ConfigurationError, match="needs a character-input biLM"):
         ElmoCharacterEncoder(options)
+
+
+def test_max_pooling_without_ties_has_torch_max_values_and_gradients():
+    from elmo_plugin.modules.char_encoder import MaxOverPositions
+
+    products = torch.randn(5, 9, 7, dtype=torch.float64, requires_grad=True)
+    gradient = torch.randn(5, 7, dtype=torch.float64)
+    ours, = torch.autograd.grad(MaxOverPositions.apply(products), products, gradient)
+    reference = torch.max(products, dim=1)[0]
+    theirs, = torch.autograd.grad(reference, products, gradient)
+    assert torch.equal(MaxOverPositions.apply(products), reference)
+    assert torch.equal(ours, theirs)
+    assert torch.autograd.gradcheck(MaxOverPositions.apply, (products,))
+
+
+def test_max_pooling_splits_a_gradient_equally_among_tied_positions_as_bilm_tf():
+    from elmo_plugin.modules.char_encoder import MaxOverPositions
+
+    # Token 0: filter 0 peaks at positions 0 and 2, filter 1 at position 1 only. Token 1: the
+    # same value at all three positions (padding windows), 300 positions (counts above a byte).
+    products = torch.tensor([[[2.0, 0.0], [1.0, 5.0], [2.0, 4.0]], [[3.0, 3.0]] * 3], requires_grad=True)
+    gradient = torch.tensor([[6.0, 1.0], [3.0, 9.0]])
+    pooled = MaxOverPositions.apply(products)
+    assert pooled.tolist() == [[2.0, 5.0], [3.0, 3.0]]
+    pooled.backward(gradient)
+    assert products.grad.tolist() == [[[3.0, 0.0], [0.0, 1.0], [3.0, 0.0]], [[1.0, 3.0]] * 3]
+    long = torch.zeros(1, 300, 1, requires_grad=True)
+    MaxOverPositions.apply(long).backward(torch.tensor([[300.0]]))
+    assert torch.equal(long.grad, torch.ones(1, 300, 1))
+
+
+def test_training_and_inference_give_the_same_token_vectors():
+    character_ids = batch_to_ids(SENTENCES).view(-1, 50)
+    encoder = _encoder(requires_grad=True)
+    trained_path = encoder.embed_tokens(character_ids)
+    with torch.no_grad():
+        inference_path = encoder.embed_tokens(character_ids)
+    assert trained_path.requires_grad and not inference_path.requires_grad
+    assert torch.allclose(trained_path, inference_path, atol=1e-12, rtol=0)
