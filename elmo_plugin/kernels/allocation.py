@@ -17,6 +17,7 @@ A process-wide setting, made once, on the CPU with glibc only, logged at INFO;
 `ELMO_PLUGIN_MALLOC=system` leaves the allocator as it is.
 """
 import ctypes
+import functools
 import logging
 import os
 import platform
@@ -44,6 +45,13 @@ def mode() -> str:
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def glibc_on_linux() -> bool:
+    """Whether this process runs on Linux with glibc (`platform.libc_ver` reads the
+    interpreter's binary, so once per process)."""
+    return sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
 def keep_freed_memory_for_reuse() -> bool:
     """
     Serve large blocks from glibc's heap and keep freed memory in the process (see the module's
@@ -55,7 +63,7 @@ def keep_freed_memory_for_reuse() -> bool:
         return False
     if _applied:
         return True
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+    if not glibc_on_linux():
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -1,4 +1,4 @@
-import platform
+import os
 import subprocess
 import sys
 
@@ -6,7 +6,6 @@ import pytest
 
 from elmo_plugin.kernels import allocation
 
-GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 # Allocates and frees a 256 MiB tensor ten times; prints the page faults of the last six (the
 # heap settles in the first few).
@@ -26,14 +25,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def _faults(mode: str):
     result = subprocess.run(
         [sys.executable, "-c", FAULTS_OF_REPEATED_ALLOCATIONS],
-        env={**__import__("os").environ, allocation.ENVIRONMENT_VARIABLE: mode},
+        env={**os.environ, allocation.ENVIRONMENT_VARIABLE: mode},
         capture_output=True, text=True, check=True,
     )
     applied, faults = result.stdout.split()
     return applied == "True", int(faults)
 
 
-@pytest.mark.skipif(not GLIBC, reason="the setting is glibc's")
+@pytest.mark.skipif(not allocation.glibc_on_linux(), reason="the setting is glibc's")
 def test_freed_memory_is_reused_without_faulting_pages_in_again():
     kept, faults_kept = _faults(allocation.KEEP)
     left, faults_system = _faults(allocation.SYSTEM)
@@ -51,5 +50,5 @@ def test_a_bad_switch_value_is_refused_by_name(monkeypatch):
 
 def test_another_c_library_is_left_alone(monkeypatch):
     monkeypatch.setattr(allocation, "_applied", False)
-    monkeypatch.setattr(allocation.platform, "libc_ver", lambda: ("musl", "1.2"))
+    monkeypatch.setattr(allocation, "glibc_on_linux", lambda: False)
     assert allocation.keep_freed_memory_for_reuse() is False
