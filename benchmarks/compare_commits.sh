@@ -6,14 +6,18 @@
 #   bash benchmarks/compare_commits.sh BASE_COMMIT ROUNDS benchmarks/embed_speed.py --batch-sizes 1 64 --precisions
 #
 # The earlier commit is checked out with `git worktree` into a temporary directory (removed at
-# the end) and imported from there through PYTHONPATH; both use this checkout's .venv.
+# the end, with ../shared linked beside it) and imported from there through PYTHONPATH; both
+# use this checkout's .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=$1 rounds=$2 script=$3
 shift 3
 python=${PYTHON:-$PWD/.venv/bin/python}
-checkout=$(mktemp -d)
-trap 'git worktree remove --force "$checkout"' EXIT
+# The checkout gets ../shared beside it, as this one has, for the benchmarks that read data.
+parent=$(mktemp -d)
+checkout=$parent/checkout
+ln -s "$(cd ../shared && pwd)" "$parent/shared"
+trap 'git worktree remove --force "$checkout"; rm -rf "$parent"' EXIT
 git worktree add --detach "$checkout" "$base" >/dev/null
 for round in $(seq "$rounds"); do
   for tree in "$checkout" "$PWD"; do

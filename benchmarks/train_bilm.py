@@ -15,8 +15,8 @@ Training the biLM on this machine: throughput and a real (short) run.
    PTB test sets, read as 64 streams with carried state (bilm-tf's run_test.py reads one),
    and on held-out Brown sentences.
 
-    python benchmarks/train_bilm.py speed --streams 32 --steps 6
-    python benchmarks/train_bilm.py speed --streams 32 --steps 6 --profile
+    python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
+    python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
     python benchmarks/train_bilm.py perplexity --steps 150 --seed 0
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
 
@@ -210,7 +210,8 @@ def run_profile(args) -> None:
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         steps = train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
                             max_steps=args.steps)
-        next(steps)  # one-off allocations
+        for _ in range(args.warmup):  # one-off allocations
+            next(steps)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
             measured = list(steps)
     total = sum(step["seconds"] for step in measured)
@@ -232,7 +233,9 @@ def run_speed(args) -> None:
         model, vocabulary, steps, _, _ = train_on_brown(
             directory, args.streams, max_steps=args.steps
         )
-    measured = steps[1:]  # the first step includes one-off allocations
+    # The first steps include one-off allocations: the process's heap grows to its working
+    # size (page faults) before the steps settle.
+    measured = steps[args.warmup:]
     seconds = sum(s["seconds"] for s in measured)
     positions = sum(s["positions"] for s in measured)
     flops = sum(forward_flops(model.bilm.options, s["distinct_tokens"], s["positions"])
@@ -241,7 +244,7 @@ def run_speed(args) -> None:
     best_rate = max(rates.values())
     print(f"small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
           f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
-    print(f"steps measured: {len(measured)}, {seconds / len(measured):.2f} s/step, "
+    print(f"steps measured: {len(measured)} after {args.warmup}, {seconds / len(measured):.2f} s/step, "
           f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
           f"of {2 * args.streams * WINDOW_SIZE}")
     print(f"training throughput: {positions / seconds:.0f} tokens/s")
@@ -318,7 +321,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["speed", "perplexity", "brown"])
     parser.add_argument("--streams", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=5, help="speed: steps run before the measured ones")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0, help="perplexity: the model's and the data order's seed")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

@@ -9,7 +9,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
-from elmo_plugin.kernels.products import Kernels, Role, weight_matrix
+from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights
@@ -22,33 +22,80 @@ _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 TOKENS_PER_CNN_CHUNK = 512
 
 
-class MaxOverPositions(torch.autograd.Function):
+class ConvolveAndMaxPool(torch.autograd.Function):
     """
-    The maximum over dimension 1 of `(tokens, positions, filters)` products, with bilm-tf's
-    gradient (TensorFlow's `reduce_max`): each maximum's gradient split equally among the
-    positions that reach it. (Ties come from identical windows, such as the padding after
-    short tokens, so every parameter's gradient is the same as with one chosen position, as
-    `torch.max` and AllenNLP's encoder do: identical windows hold the same characters.) `torch.max` with positions takes several times longer
-    over this middle axis than `amax` and a comparison.
+    The char CNN's training path for one filter width: character ids through the character
+    table, the filters at every window, the maximum over windows (without the filters' bias,
+    which is the same at every window). `(tokens, characters)` ids, `(num_characters,
+    char_dim)` table, `(out_channels, char_dim, width)` filters -> `(tokens, out_channels)`.
+
+    The backward pass uses what a maximum's gradient is: each filter's gradient reaches one
+    window per token, and a window is `width` characters. So the gradient of each (offset in
+    the window, filter) pair is gathered per character into `(width, out_channels,
+    characters)` bins, and both parameter gradients are small products of those bins with the
+    table and the filters. The dense backward (AllenNLP's, and `torch.nn.Conv1d`'s) multiplies a
+    `(tokens, windows, out_channels)` gradient that is zero except at the maxima, twice the
+    forward product's work for the same sums.
+
+    bilm-tf (TensorFlow's `reduce_max`) splits a maximum's gradient among the windows that tie
+    for it, `torch.max` (AllenNLP) gives it to one; ties come from identical windows (the
+    padding after a short token), which hold the same characters, so both give the same
+    parameter gradients as the one window taken here.
     """
 
     @staticmethod
-    def forward(ctx, products: torch.Tensor) -> torch.Tensor:
-        # (tokens, filters)
-        maxima = products.amax(dim=1)
-        # (tokens, positions, filters), a byte each
-        ctx.save_for_backward(products == maxima.unsqueeze(1))
-        return maxima
+    def forward(ctx, character_ids: torch.Tensor, table: torch.Tensor, filters: torch.Tensor) -> torch.Tensor:
+        num_tokens, num_characters = character_ids.shape
+        out_channels, char_dim, width = filters.shape
+        num_windows = num_characters - width + 1
+        # (tokens, windows, char_dim x width): the layout of the flattened filters
+        rows = (
+            torch.nn.functional.embedding(character_ids, table)
+            .unfold(1, width, 1)
+            .reshape(num_tokens, num_windows, char_dim * width)
+        )
+        # (tokens, windows, out_channels)
+        products = torch.nn.functional.linear(rows, filters.reshape(out_channels, -1))
+        # (tokens, 1, out_channels)
+        maxima = products.amax(dim=1, keepdim=True)
+        # (tokens, out_channels): a window reaching its maximum (the last of tied ones), found
+        # with byte-sized comparisons and maxima: `torch.max` with positions is several times
+        # slower over this middle axis.
+        code_dtype = torch.uint8 if num_windows <= 256 else torch.int32
+        window_codes = torch.arange(num_windows, dtype=code_dtype, device=products.device)
+        windows = ((products == maxima).to(code_dtype) * window_codes.view(1, -1, 1)).amax(dim=1)
+        ctx.save_for_backward(character_ids, table, filters, windows)
+        return maxima.squeeze(1)
 
     @staticmethod
-    def backward(ctx, gradient: torch.Tensor) -> torch.Tensor:
-        (reaches_maximum,) = ctx.saved_tensors
-        # (tokens, filters): how many positions share each maximum, counted in bytes where
-        # they fit (far faster than a boolean sum)
-        count_dtype = torch.uint8 if reaches_maximum.size(1) < 256 else torch.int32
-        ties = reaches_maximum.view(torch.uint8).sum(dim=1, dtype=count_dtype)
-        share = (gradient / ties).unsqueeze(1)
-        return torch.where(reaches_maximum, share, 0.0)
+    def backward(ctx, gradient: torch.Tensor):
+        character_ids, table, filters, windows = ctx.saved_tensors
+        num_tokens, num_characters = character_ids.shape
+        out_channels, char_dim, width = filters.shape
+        # Bins for the characters that occur here only (ELMoForManyLangs' tables have
+        # thousands of rows).
+        occurring, local_ids = torch.unique(character_ids, return_inverse=True)
+        # (out_channels, tokens): where each maximum's window starts in the flattened ids
+        token_starts = torch.arange(0, num_tokens * num_characters, num_characters, device=windows.device)
+        window_starts = windows.t().long() + token_starts.view(1, -1)
+        flat_ids = local_ids.reshape(-1)
+        # bins[j, f, a]: the gradient of filter f's maxima whose window holds character a at
+        # offset j
+        bins = gradient.new_zeros(width, out_channels, occurring.numel())
+        gradient_t = gradient.t()
+        for offset in range(width):
+            bins[offset].scatter_add_(1, flat_ids[offset:].take(window_starts), gradient_t)
+        table_gradient = filters_gradient = None
+        if ctx.needs_input_grad[2]:
+            # (width, out, char_dim) -> (out, char_dim, width)
+            filters_gradient = torch.matmul(bins, table.index_select(0, occurring)).permute(1, 2, 0)
+        if ctx.needs_input_grad[1]:
+            # (occurring, width x out) x (width x out, char_dim)
+            occurring_gradient = bins.permute(2, 0, 1).reshape(occurring.numel(), -1) @ filters.permute(
+                2, 0, 1
+            ).reshape(width * out_channels, char_dim)
+            table_gradient = table.new_zeros(table.shape).index_copy_(0, occurring, occurring_gradient)
+        return None, table_gradient, filters_gradient
 
 
 class ElmoCharacterEncoder(ElmoTokenEncoder):
@@ -166,28 +213,37 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
     def _character_features(self, character_ids: torch.Tensor) -> torch.Tensor:
         """`(tokens, characters)` ids into the character table -> `(tokens, n_filters)`: the
         CNN's max-pooled filters through the highway layers."""
-        # (tokens, characters, char_dim)
-        characters = torch.nn.functional.embedding(character_ids, self._char_embedding_weights)
-        # (tokens, n_filters): per filter width, the activation of the max over positions
-        pooled = torch.cat(
-            [
-                self._activation(self._convolve_and_max_pool(characters, convolution))
+        if torch.is_grad_enabled() and any(
+            parameter.requires_grad
+            for parameter in [self._char_embedding_weights]
+            + [p for convolution in self._convolutions for p in convolution.parameters()]
+        ):
+            # (tokens, out_channels) per filter width
+            maxima = [
+                ConvolveAndMaxPool.apply(character_ids, self._char_embedding_weights, convolution.weight)
+                + convolution.bias
                 for convolution in self._convolutions
-            ],
-            dim=-1,
-        )
+            ]
+        else:
+            # (tokens, characters, char_dim)
+            characters = torch.nn.functional.embedding(character_ids, self._char_embedding_weights)
+            maxima = [
+                self._convolve_and_max_pool(characters, convolution) for convolution in self._convolutions
+            ]
+        # (tokens, n_filters): per filter width, the activation of the max over positions
+        pooled = torch.cat([self._activation(filter_maxima) for filter_maxima in maxima], dim=-1)
         return self._apply_highways(pooled)
 
     def _convolve_and_max_pool(
         self, characters: torch.Tensor, convolution: torch.nn.Conv1d
     ) -> torch.Tensor:
         """
-        `convolution` over `(tokens, characters, char_dim)`, then the maximum over positions:
-        `(tokens, out_channels)`. One matrix product of every window of `width` characters (a
-        strided view, copied once into rows) with the flattened filters, rather than
-        `Conv1d.forward`, whose cuDNN algorithms took far more time and workspace for these
-        shapes on a GPU (BENCHMARKS.md). The same sums in another order: the results differ
-        from a convolution by float32 rounding.
+        Inference: `convolution` over `(tokens, characters, char_dim)`, then the maximum over
+        positions: `(tokens, out_channels)`. One matrix product of every window of `width`
+        characters (a strided view, copied once into rows) with the flattened filters, rather
+        than `Conv1d.forward`, whose cuDNN algorithms took far more time and workspace for
+        these shapes on a GPU (BENCHMARKS.md). The same sums in another order: the results
+        differ from a convolution by float32 rounding. (Training: `ConvolveAndMaxPool`.)
         """
         num_tokens, _, char_dim = characters.shape
         width = convolution.kernel_size[0]
@@ -195,15 +251,6 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         windows = characters.unfold(1, width, 1)
         # (tokens, positions, char_dim x width)
         rows = windows.reshape(num_tokens, windows.size(1), char_dim * width)
-        if torch.is_grad_enabled() and any(
-            t.requires_grad for t in (rows, convolution.weight, convolution.bias)
-        ):
-            # A filter's bias is the same at every position, so it is added after the maximum
-            # (the same maxima up to float rounding) to one value per filter, not to every
-            # window. Plain products: oneDNN's (`Kernels`) have no gradient.
-            # (tokens, positions, out_channels)
-            products = torch.nn.functional.linear(rows, weight_matrix(convolution))
-            return MaxOverPositions.apply(products) + convolution.bias
         product = self.kernels.product(Role.CHAR_CNN, convolution)
         # The maxima without their positions: several times faster over this middle axis.
         return product(rows).amax(dim=1)

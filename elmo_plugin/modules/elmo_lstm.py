@@ -2,15 +2,17 @@
 ELMo's LSTM stack: separate forward and backward stacks of LSTM cells with a projected output,
 cell and projection clipping, optional residual connections between layers.
 """
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy
 import torch
 from allennlp.nn.initializers import block_orthogonal
 from allennlp.nn.util import get_dropout_mask
+from torch.autograd.function import once_differentiable
 from torch.nn.utils import parametrize
 
 from elmo_plugin.kernels import threads
+from elmo_plugin.kernels.onednn import Product
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.modules.start_state import BatchStartState, LstmState
 from elmo_plugin.weights import layout
@@ -61,7 +63,8 @@ class LstmCellWithProjection(torch.nn.Module):
     Unlike a naive loop over timesteps, the input-to-gate product is computed for every
     real token in one matrix product before the recurrence (it does not depend on the state),
     and each step computes only the rows whose sentence has not ended; the sum per gate is
-    the same as AllenNLP's, so results agree to float rounding.
+    the same as AllenNLP's, so results agree to float rounding. Where gradients are recorded,
+    the steps run in `RecordedRecurrence`, whose backward pass is written out.
 
     # Parameters
 
@@ -155,11 +158,7 @@ class LstmCellWithProjection(torch.nn.Module):
         starts every row at its own last token.
         """
         batch_size, timesteps = mask.shape
-        cell_size = self.cell_size
         input_product = self.kernels.product(Role.LSTM_INPUT, self.input_linearity)
-        state_product = self.kernels.product(Role.LSTM_RECURRENT, self.state_linearity, rows=batch_size)
-        state_projection = self.kernels.product(Role.LSTM_PROJECTION, self.state_projection)
-
         state, memory = initial_state
         dropout_mask = None
         if self.recurrent_dropout_probability > 0.0 and self.training:
@@ -177,43 +176,118 @@ class LstmCellWithProjection(torch.nn.Module):
         # active_rows_at[t]: how many (sorted) rows have a token at position t.
         positions = torch.arange(timesteps, device=lengths.device)
         active_rows_at = (lengths.unsqueeze(1) > positions).sum(dim=0).tolist()
-        # The input products of real tokens only, in one matrix product, time-major: step t's
-        # rows are the t-th block, (active_rows_at[t], 4 * cell). No product for padding, no
-        # copy of the wide result to reorder it, and in training one gradient concatenation
-        # for all steps (a slice per step would give every step a zero-filled gradient of the
-        # whole result).
-        projected_inputs = input_product(
-            sorted_inputs.transpose(0, 1)[sorted_mask.transpose(0, 1)]
-        ).split(active_rows_at)
-        outputs: List[torch.Tensor] = [inputs.new_empty(0)] * timesteps
+        # (real tokens, 4 * cell): the input products of real tokens only, in one matrix
+        # product, time-major: step t's rows are the t-th block of active_rows_at[t] rows. No
+        # product for padding, no copy of the wide result to reorder it.
+        projected_inputs = input_product(sorted_inputs.transpose(0, 1)[sorted_mask.transpose(0, 1)])
+        if torch.is_grad_enabled() and any(
+            tensor.requires_grad for tensor in (projected_inputs, state, memory, *self.parameters())
+        ):
+            sorted_outputs, state, memory = RecordedRecurrence.apply(
+                self,
+                active_rows_at,
+                dropout_mask,
+                projected_inputs,
+                state,
+                memory,
+                self.state_linearity.weight,
+                self.state_linearity.bias,
+                self.state_projection.weight,
+            )
+        else:
+            sorted_outputs, state, memory = self.recurrence(
+                projected_inputs,
+                state,
+                memory,
+                dropout_mask,
+                active_rows_at,
+                self.kernels.product(Role.LSTM_RECURRENT, self.state_linearity, rows=batch_size),
+                self.kernels.product(Role.LSTM_PROJECTION, self.state_projection),
+            )
+        return (
+            sorted_outputs.index_select(0, restore),
+            (state.index_select(0, restore), memory.index_select(0, restore)),
+        )
+
+    def recurrence(
+        self,
+        projected_inputs: torch.Tensor,
+        state: torch.Tensor,
+        memory: torch.Tensor,
+        dropout_mask: Optional[torch.Tensor],
+        active_rows_at: List[int],
+        state_product: Product,
+        state_projection: Product,
+        record: Optional["RecordedSteps"] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        The steps of the recurrence over rows sorted by length (see `forward`).
+
+        # Parameters
+
+        projected_inputs : `torch.Tensor`
+            `(real tokens, 4 * cell)`, time-major: step t's rows are the t-th block of
+            `active_rows_at[t]` rows.
+        state, memory : `torch.Tensor`
+            The initial `(batch, hidden)` and `(batch, cell)` in the sorted row order.
+        dropout_mask : `torch.Tensor`, optional
+            `(batch, hidden)`, applied to `h` at every step.
+        active_rows_at : `List[int]`
+            The rows with a token at each position (a prefix of the sorted rows).
+        state_product, state_projection : `Product`
+            `h -> gates` (with the bias) and `o * tanh(c) -> h`.
+        record : `RecordedSteps`, optional
+            Keeps what the backward pass of `RecordedRecurrence` reads.
+
+        # Returns
+
+        The outputs `(batch, timesteps, hidden)` (zero where a row has no token), the final
+        state and memory, all in the sorted row order.
+        """
+        batch_size, timesteps = state.size(0), len(active_rows_at)
+        cell_size = self.cell_size
+        outputs: List[torch.Tensor] = [state.new_empty(0)] * timesteps
+        steps_projected_inputs = projected_inputs.split(active_rows_at)
         for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
             active_rows = active_rows_at[index]
             if active_rows == 0:
-                outputs[index] = inputs.new_zeros(batch_size, self.hidden_size)
+                outputs[index] = state.new_zeros(batch_size, self.hidden_size)
                 continue
             # (active_rows, 4 * cell)
-            gates = projected_inputs[index] + state_product(state[:active_rows])
-            # One split, not four slices: in training, a slice's gradient is a zero-filled
-            # tensor of the whole `gates`; a split's gradients are concatenated once.
+            gates = steps_projected_inputs[index] + state_product(state[:active_rows])
             input_gate, forget_gate, memory_init, output_gate = gates.split(cell_size, dim=1)
             input_gate = torch.sigmoid(input_gate)
             forget_gate = torch.sigmoid(forget_gate)
             memory_init = torch.tanh(memory_init)
             output_gate = torch.sigmoid(output_gate)
             # (active_rows, cell)
-            new_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
+            unclipped_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
+            new_memory = unclipped_memory
             if self.memory_cell_clip_value:
                 new_memory = torch.clamp(
                     new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
                 )
+            squashed_memory = torch.tanh(new_memory)
+            output_memory = output_gate * squashed_memory
             # (active_rows, hidden)
-            new_state = state_projection(output_gate * torch.tanh(new_memory))
+            unclipped_state = state_projection(output_memory)
+            new_state = unclipped_state
             if self.state_projection_clip_value:
                 new_state = torch.clamp(
                     new_state, -self.state_projection_clip_value, self.state_projection_clip_value
                 )
             if dropout_mask is not None:
                 new_state = new_state * dropout_mask[:active_rows]
+            if record is not None:
+                record.steps[index] = StepValues(
+                    (input_gate, forget_gate, memory_init, output_gate),
+                    memory[:active_rows],
+                    state[:active_rows],
+                    squashed_memory,
+                    output_memory,
+                    self._within_clip(unclipped_memory, self.memory_cell_clip_value),
+                    self._within_clip(unclipped_state, self.state_projection_clip_value),
+                )
             if active_rows == batch_size:
                 memory, state, outputs[index] = new_memory, new_state, new_state
                 continue
@@ -223,11 +297,14 @@ class LstmCellWithProjection(torch.nn.Module):
                 [new_state, new_state.new_zeros(batch_size - active_rows, self.hidden_size)], dim=0
             )
         # (batch_size, timesteps, hidden)
-        sorted_outputs = torch.stack(outputs, dim=1)
-        return (
-            sorted_outputs.index_select(0, restore),
-            (state.index_select(0, restore), memory.index_select(0, restore)),
-        )
+        return torch.stack(outputs, dim=1), state, memory
+
+    @staticmethod
+    def _within_clip(values: torch.Tensor, clip_value: Optional[float]) -> Optional[torch.Tensor]:
+        # Where `torch.clamp` passes the gradient through (bounds included).
+        if not clip_value:
+            return None
+        return (values >= -clip_value) & (values <= clip_value)
 
     def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray], group: str) -> Arrays:
         """The cell's parameters from the layout's datasets of cell `group`
@@ -258,6 +335,138 @@ class LstmCellWithProjection(torch.nn.Module):
             bias,
             parameter_array(self.state_projection.weight),
             bias_holds_forget_offset=not self._bias_as_in_file,
+        )
+
+
+# Autograd's own derivatives of sigmoid and tanh from their outputs, `gradient * y * (1 - y)`
+# and `gradient * (1 - y * y)`, one operation each; the `_into` forms write into a given tensor.
+_tanh_backward = torch.ops.aten.tanh_backward
+_tanh_backward_into = torch.ops.aten.tanh_backward.grad_input
+_sigmoid_backward_into = torch.ops.aten.sigmoid_backward.grad_input
+
+
+class StepValues(NamedTuple):
+    """What one step of `LstmCellWithProjection.recurrence` keeps for the backward pass."""
+
+    gates: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # i, f, tanh g, o
+    previous_memory: torch.Tensor  # (active rows, cell)
+    previous_state: torch.Tensor  # (active rows, hidden)
+    squashed_memory: torch.Tensor  # tanh(c)
+    output_memory: torch.Tensor  # o * tanh(c), the projection's input
+    memory_within_clip: Optional[torch.Tensor]  # bool, None without clipping
+    state_within_clip: Optional[torch.Tensor]
+
+
+class RecordedSteps:
+    """The steps' values, by position (the backward direction fills them from the end)."""
+
+    def __init__(self, timesteps: int) -> None:
+        self.steps: List[Optional[StepValues]] = [None] * timesteps
+
+
+class RecordedRecurrence(torch.autograd.Function):
+    """
+    `LstmCellWithProjection.recurrence` where gradients are recorded (training), with its
+    backward pass written out. Autograd would record a dozen operations per step and, per
+    step, multiply each weight's gradient by that step's few rows; here the steps' gate
+    gradients land in one `(real tokens, 4 * cell)` tensor, which is the gradient of the
+    projected inputs, and each weight's gradient is one product over all steps.
+
+    `apply(cell, active_rows_at, dropout_mask, projected_inputs, state, memory, state_weight,
+    state_bias, projection_weight)`, in the sorted row order of `recurrence`, returns its
+    outputs, final state and final memory.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        cell: LstmCellWithProjection,
+        active_rows_at: List[int],
+        dropout_mask: Optional[torch.Tensor],
+        projected_inputs: torch.Tensor,
+        state: torch.Tensor,
+        memory: torch.Tensor,
+        state_weight: torch.Tensor,
+        state_bias: torch.Tensor,
+        projection_weight: torch.Tensor,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        record = RecordedSteps(len(active_rows_at))
+        outputs, final_state, final_memory = cell.recurrence(
+            projected_inputs,
+            state,
+            memory,
+            dropout_mask,
+            active_rows_at,
+            lambda rows: torch.nn.functional.linear(rows, state_weight, state_bias),
+            lambda rows: torch.nn.functional.linear(rows, projection_weight),
+            record,
+        )
+        ctx.cell, ctx.record, ctx.dropout_mask, ctx.active_rows_at = cell, record, dropout_mask, active_rows_at
+        ctx.save_for_backward(state_weight, projection_weight)
+        # An output is never an input itself (no step had a row).
+        return outputs, final_state.clone() if final_state is state else final_state, (
+            final_memory.clone() if final_memory is memory else final_memory
+        )
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, outputs_gradient: torch.Tensor, final_state_gradient: torch.Tensor, final_memory_gradient: torch.Tensor):
+        state_weight, projection_weight = ctx.saved_tensors
+        cell, steps, dropout_mask, active_rows_at = ctx.cell, ctx.record.steps, ctx.dropout_mask, ctx.active_rows_at
+        cell_size = cell.cell_size
+        # The gradients of h and c carried back through the steps (rows past a sentence's end
+        # keep theirs: their state passes those steps unchanged).
+        state_gradient = final_state_gradient.clone()
+        memory_gradient = final_memory_gradient.clone()
+        # (real tokens, 4 * cell) and (real tokens, hidden), time-major as `projected_inputs`
+        gates_gradient = outputs_gradient.new_empty(sum(active_rows_at), 4 * cell_size)
+        unclipped_state_gradient = outputs_gradient.new_empty(sum(active_rows_at), cell.hidden_size)
+        step_starts = numpy.cumsum([0] + active_rows_at[:-1]).tolist()
+        timesteps = len(active_rows_at)
+        for index in reversed(range(timesteps)) if cell.go_forward else range(timesteps):
+            active_rows = active_rows_at[index]
+            if active_rows == 0:
+                continue
+            step = steps[index]
+            step_rows = slice(step_starts[index], step_starts[index] + active_rows)
+            # (active_rows, hidden)
+            d_state = state_gradient[:active_rows] + outputs_gradient[:active_rows, index]
+            if dropout_mask is not None:
+                d_state = d_state * dropout_mask[:active_rows]
+            if step.state_within_clip is not None:
+                d_state = torch.where(step.state_within_clip, d_state, 0.0)
+            unclipped_state_gradient[step_rows] = d_state
+            # (active_rows, cell)
+            d_output_memory = d_state @ projection_weight
+            input_gate, forget_gate, memory_init, output_gate = step.gates
+            d_memory = memory_gradient[:active_rows] + _tanh_backward(
+                d_output_memory * output_gate, step.squashed_memory
+            )
+            if step.memory_within_clip is not None:
+                d_memory = torch.where(step.memory_within_clip, d_memory, 0.0)
+            # (active_rows, 4 * cell): the gradients before each gate's nonlinearity
+            step_gates_gradient = gates_gradient[step_rows]
+            d_input, d_forget, d_memory_init, d_output = step_gates_gradient.split(cell_size, dim=1)
+            _sigmoid_backward_into(d_memory * memory_init, input_gate, grad_input=d_input)
+            _sigmoid_backward_into(d_memory * step.previous_memory, forget_gate, grad_input=d_forget)
+            _tanh_backward_into(d_memory * input_gate, memory_init, grad_input=d_memory_init)
+            _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
+            torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
+            torch.mm(step_gates_gradient, state_weight, out=state_gradient[:active_rows])
+        # Each weight's gradient over all steps at once, in the time-major row order.
+        recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]
+        previous_states = torch.cat([step.previous_state for step in recorded])
+        output_memories = torch.cat([step.output_memory for step in recorded])
+        return (
+            None,
+            None,
+            None,
+            gates_gradient,
+            state_gradient,
+            memory_gradient,
+            gates_gradient.t() @ previous_states,
+            gates_gradient.sum(dim=0),
+            unclipped_state_gradient.t() @ output_memories,
         )
 
 

@@ -77,33 +77,76 @@ def test_a_word_input_biLM_is_refused_by_name():
         ElmoCharacterEncoder(options)
 
 
-def test_max_pooling_without_ties_has_torch_max_values_and_gradients():
-    from elmo_plugin.modules.char_encoder import MaxOverPositions
+def _dense_convolve_and_max_pool(character_ids, table, filters, split_ties):
+    """The reference: every window's product, then `torch.max` (AllenNLP) or, with
+    `split_ties`, TensorFlow's `reduce_max` gradient (split among the windows that tie)."""
+    out_channels, char_dim, width = filters.shape
+    rows = torch.nn.functional.embedding(character_ids, table).unfold(1, width, 1)
+    products = torch.nn.functional.linear(rows.reshape(*rows.shape[:2], -1), filters.reshape(out_channels, -1))
+    if not split_ties:
+        return products.max(dim=1)[0]
+    maxima = products.amax(dim=1, keepdim=True).detach()
+    reaches = (products == maxima).to(products.dtype)
+    # The maximum as a tie-weighted mean of the tied windows: its gradient is split among them.
+    return (products * reaches).sum(dim=1) / reaches.sum(dim=1)
 
-    products = torch.randn(5, 9, 7, dtype=torch.float64, requires_grad=True)
-    gradient = torch.randn(5, 7, dtype=torch.float64)
-    ours, = torch.autograd.grad(MaxOverPositions.apply(products), products, gradient)
-    reference = torch.max(products, dim=1)[0]
-    theirs, = torch.autograd.grad(reference, products, gradient)
-    assert torch.equal(MaxOverPositions.apply(products), reference)
-    assert torch.equal(ours, theirs)
-    assert torch.autograd.gradcheck(MaxOverPositions.apply, (products,))
+
+def _character_ids_with_padding(num_tokens, num_characters=50, num_table_rows=262, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, num_table_rows, (num_tokens, num_characters), generator=generator)
+    lengths = torch.randint(1, 8, (num_tokens, 1), generator=generator)
+    ids[torch.arange(num_characters) > lengths] = num_table_rows - 1  # identical padding windows
+    ids[0] = 0  # a padding token: every window tied
+    return ids
 
 
-def test_max_pooling_splits_a_gradient_equally_among_tied_positions_as_bilm_tf():
-    from elmo_plugin.modules.char_encoder import MaxOverPositions
+def test_convolve_and_max_pool_gives_allennlps_and_bilm_tfs_values_and_parameter_gradients():
+    from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
 
-    # Token 0: filter 0 peaks at positions 0 and 2, filter 1 at position 1 only. Token 1: the
-    # same value at all three positions (padding windows), 300 positions (counts above a byte).
-    products = torch.tensor([[[2.0, 0.0], [1.0, 5.0], [2.0, 4.0]], [[3.0, 3.0]] * 3], requires_grad=True)
-    gradient = torch.tensor([[6.0, 1.0], [3.0, 9.0]])
-    pooled = MaxOverPositions.apply(products)
-    assert pooled.tolist() == [[2.0, 5.0], [3.0, 3.0]]
-    pooled.backward(gradient)
-    assert products.grad.tolist() == [[[3.0, 0.0], [0.0, 1.0], [3.0, 0.0]], [[1.0, 3.0]] * 3]
-    long = torch.zeros(1, 300, 1, requires_grad=True)
-    MaxOverPositions.apply(long).backward(torch.tensor([[300.0]]))
-    assert torch.equal(long.grad, torch.ones(1, 300, 1))
+    character_ids = _character_ids_with_padding(40)
+    for width, out_channels in ((1, 5), (3, 8), (7, 16)):
+        table = torch.randn(262, 4, dtype=torch.float64, requires_grad=True)
+        filters = torch.randn(out_channels, 4, width, dtype=torch.float64, requires_grad=True)
+        gradient = torch.randn(40, out_channels, dtype=torch.float64)
+        ours = ConvolveAndMaxPool.apply(character_ids, table, filters)
+        our_gradients = torch.autograd.grad(ours, (table, filters), gradient)
+        for split_ties in (False, True):
+            reference = _dense_convolve_and_max_pool(character_ids, table, filters, split_ties)
+            assert torch.allclose(ours, reference, atol=1e-12, rtol=0)
+            reference_gradients = torch.autograd.grad(reference, (table, filters), gradient)
+            for our_gradient, reference_gradient in zip(our_gradients, reference_gradients):
+                assert torch.allclose(our_gradient, reference_gradient, atol=1e-10, rtol=0)
+        assert our_gradients[0].abs().sum() > 0 and our_gradients[1].abs().sum() > 0
+
+
+def test_convolve_and_max_pool_passes_gradcheck_and_handles_large_tables_and_many_windows():
+    from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
+
+    # A table of thousands of rows of which few occur (ELMoForManyLangs), and more windows
+    # than a byte can number (their positions then in wider integers).
+    for num_table_rows, num_characters, width in ((5000, 12, 3), (40, 300, 2)):
+        character_ids = torch.randint(0, num_table_rows, (3, num_characters), generator=torch.Generator().manual_seed(1))
+        table = torch.randn(num_table_rows, 3, dtype=torch.float64, requires_grad=True)
+        filters = torch.randn(4, 3, width, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(ConvolveAndMaxPool.apply, (character_ids, table, filters))
+        gradient = torch.randn(3, 4, dtype=torch.float64)
+        reference = _dense_convolve_and_max_pool(character_ids, table, filters, split_ties=False)
+        ours = ConvolveAndMaxPool.apply(character_ids, table, filters)
+        for our_gradient, reference_gradient in zip(
+            torch.autograd.grad(ours, (table, filters), gradient),
+            torch.autograd.grad(reference, (table, filters), gradient),
+        ):
+            assert torch.allclose(our_gradient, reference_gradient, atol=1e-10, rtol=0)
+
+
+def test_a_frozen_character_table_gets_no_gradient_from_the_cnn():
+    from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
+
+    table = torch.randn(262, 4)
+    filters = torch.randn(6, 4, 2, requires_grad=True)
+    pooled = ConvolveAndMaxPool.apply(_character_ids_with_padding(5), table, filters)
+    pooled.sum().backward()
+    assert table.grad is None and filters.grad is not None
 
 
 def test_training_and_inference_give_the_same_token_vectors():

@@ -192,3 +192,63 @@ def test_allennlps_forward_masks_padding_and_keeps_the_state():
     assert outputs.shape == (2, 4, 5, 10)
     assert (outputs[:, ~mask] == 0).all() and (outputs[:, mask] != 0).any()
     assert [list(part.shape) for part in lstm._states] == [[2, 4, 10], [2, 4, 14]]
+
+
+def _autograd_through_the_steps(cell, active_rows_at, dropout_mask, projected_inputs, state, memory,
+                                state_weight, state_bias, projection_weight):
+    """The reference for `RecordedRecurrence`: autograd records every operation of the steps."""
+    return cell.recurrence(
+        projected_inputs, state, memory, dropout_mask, active_rows_at,
+        lambda rows: torch.nn.functional.linear(rows, state_weight, state_bias),
+        lambda rows: torch.nn.functional.linear(rows, projection_weight),
+    )
+
+
+@pytest.mark.parametrize("go_forward", [True, False])
+def test_the_recorded_recurrence_has_autograds_gradients(monkeypatch, go_forward):
+    from elmo_plugin.modules import elmo_lstm
+
+    # Clipping that bites, recurrent dropout, rows of different lengths (one empty), an
+    # initial state with gradients, and a loss on both the outputs and the final state.
+    mask = torch.tensor([[True] * 5, [True] * 2 + [False] * 3, [False] * 5, [True] * 4 + [False]])
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(4, 5, 3, dtype=torch.float64, generator=generator, requires_grad=True)
+    initial = (torch.randn(4, 2, dtype=torch.float64, generator=generator, requires_grad=True),
+               torch.randn(4, 6, dtype=torch.float64, generator=generator, requires_grad=True))
+    weights = [torch.randn(shape, dtype=torch.float64, generator=generator) for shape in ((4, 5, 2), (4, 2), (4, 6))]
+    gradients = {}
+    for name in ("recorded", "autograd"):
+        torch.manual_seed(1)
+        cell = LstmCellWithProjection(3, 2, 6, go_forward, recurrent_dropout_probability=0.3,
+                                      memory_cell_clip_value=0.8, state_projection_clip_value=0.5).double()
+        with torch.no_grad():
+            for parameter in cell.parameters():
+                parameter.mul_(3.0)
+        with monkeypatch.context() as patch:
+            if name == "autograd":
+                patch.setattr(elmo_lstm.RecordedRecurrence, "apply", _autograd_through_the_steps)
+            outputs, (state, memory) = cell(inputs, mask, initial)
+        loss = sum((tensor * weight).sum() for tensor, weight in zip((outputs, state, memory), weights))
+        tensors = [inputs, *initial, *cell.parameters()]
+        gradients[name] = (outputs.detach(), torch.autograd.grad(loss, tensors))
+    assert torch.equal(gradients["recorded"][0], gradients["autograd"][0])
+    clipped = 0
+    for ours, reference in zip(gradients["recorded"][1], gradients["autograd"][1]):
+        assert torch.allclose(ours, reference, atol=1e-12, rtol=0)
+        clipped += int((reference == 0).sum())
+    assert gradients["recorded"][1][0][2].abs().sum() == 0  # the empty row's inputs
+    assert clipped > 0  # the clip values were reached somewhere
+
+
+def test_the_recorded_recurrence_passes_gradcheck():
+    cell = LstmCellWithProjection(3, 2, 4, memory_cell_clip_value=3.0, state_projection_clip_value=3.0).double()
+    mask = torch.tensor([[True] * 4, [True] * 3 + [False]])
+    inputs = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    state = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+
+    def run(inputs, state, memory):
+        outputs, (final_state, final_memory) = cell(inputs, mask, (state, memory))
+        return outputs, final_state, final_memory
+
+    assert torch.autograd.gradcheck(run, (inputs, state, memory))
