@@ -2,10 +2,11 @@
 `allennlp elmo`'s engine against a 0.9-style loop over AllenNLP's own biLM, same weights, same
 file, one run; and the peak memory of ours on a small and a large input.
 
-    python benchmarks/embed_file.py [--sentences 1000] [--large 50000] [--threads 2]
+    python benchmarks/embed_file.py [--sentences 1000] [--large 50000] [--threads 2] [--architecture original]
 
 Weights: random, in the published layout, of the published "small" architecture
-(2x1024_128_2048cnn_1xhighway). Sentences: WikiText-2 validation + test lines of 3-60 tokens
+(2x1024_128_2048cnn_1xhighway) or, with `--architecture original`, the original one
+(2x4096_512_2048cnn_2xhighway). Sentences: WikiText-2 validation + test lines of 3-60 tokens
 (../shared/data/lm_eval), repeated to the requested count. Each measurement runs in a fresh
 subprocess so that its peak RSS (ru_maxrss) is its own.
 
@@ -88,18 +89,20 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--large", type=int, default=50000, help="0 skips the memory run")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--architecture", choices=["small", "original"], default="small")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from elmo_plugin.weights.pretrained import SMALL_OPTIONS
+    from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS, SMALL_OPTIONS
     from elmo_plugin.weights.random_weights import write_random_elmo
 
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
-        options, weights = write_random_elmo(work_dir / "elmo", SMALL_OPTIONS, seed=0)
+        architecture = {"small": SMALL_OPTIONS, "original": ORIGINAL_OPTIONS}[args.architecture]
+        options, weights = write_random_elmo(work_dir / "elmo", architecture, seed=0)
         small_input = work_dir / "small.txt"
         tokens = make_input(small_input, args.sentences)
-        print(f"small architecture, random weights, {args.threads} threads; "
+        print(f"{args.architecture} architecture, random weights, {args.threads} threads; "
               f"{args.sentences} sentences, {tokens} tokens")
         ours = run(OURS, options, weights, small_input, work_dir / "ours.hdf5", args.threads)
         theirs = run(ALLENNLP_09_STYLE, options, weights, small_input, work_dir / "theirs.hdf5", args.threads)
