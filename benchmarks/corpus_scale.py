@@ -25,7 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from embed_file import make_input  # benchmarks/embed_file.py: WikiText-2 lines of 3-60 tokens
+from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS
+
+from embed_file import make_input, random_model  # benchmarks/embed_file.py: WikiText-2 lines of 3-60 tokens
 from embed_speed import cpu_description
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,14 +48,6 @@ print(json.dumps({"seconds": time.perf_counter() - start, "loaded_mb": loaded,
 """
 
 
-def model(directory: Path, architecture: str):
-    from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS, SMALL_OPTIONS
-    from elmo_plugin.weights.random_weights import write_random_elmo
-
-    options = {"small": SMALL_OPTIONS, "original": ORIGINAL_OPTIONS}[architecture]
-    return write_random_elmo(directory / architecture, options, seed=0)
-
-
 def measure(threads: int, **settings) -> dict:
     completed = subprocess.run([sys.executable, "-c", RUN, str(threads), json.dumps(settings)],
                                cwd=REPO, capture_output=True, text=True)
@@ -63,7 +57,7 @@ def measure(threads: int, **settings) -> dict:
 
 
 def long_sentences(args, directory: Path) -> None:
-    options, weights = model(directory, args.architecture)
+    options, weights = random_model(directory, args.architecture)
     make_input(directory / "corpus.txt", 4000)
     words = (directory / "corpus.txt").read_text(encoding="utf-8").split()
     print("| tokens | reading | seconds | tokens/s | RSS after load (MB) | peak RSS (MB) |")
@@ -86,7 +80,7 @@ def long_sentences(args, directory: Path) -> None:
 
 
 def budgets(args, directory: Path) -> None:
-    options, weights = model(directory, args.architecture)
+    options, weights = random_model(directory, args.architecture)
     path = directory / "corpus.txt"
     tokens = make_input(path, args.sentences)
     print(f"{args.sentences} sentences, {tokens} tokens")
@@ -104,7 +98,7 @@ def budgets(args, directory: Path) -> None:
 def workers(args, directory: Path) -> None:
     from elmo_plugin.inference.elmo_embedder import DEFAULT_MAX_TOKENS_PER_BATCH
 
-    options, weights = model(directory, args.architecture)
+    options, weights = random_model(directory, args.architecture)
     path = directory / "corpus.txt"
     tokens = make_input(path, args.sentences)
     print(f"{args.sentences} sentences, {tokens} tokens; {args.threads} threads in all; "
@@ -124,7 +118,7 @@ def workers(args, directory: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=("long", "budget", "workers"))
-    parser.add_argument("--architecture", choices=("small", "original"), default="small")
+    parser.add_argument("--architecture", choices=sorted(ARCHITECTURE_OPTIONS), default="small")
     parser.add_argument("--lengths", type=int, nargs="+", default=[1000, 10000, 30000, 60000])
     parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     parser.add_argument("--sentences", type=int, default=4000)

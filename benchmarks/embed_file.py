@@ -21,9 +21,20 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Tuple
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO))
+
+from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS  # noqa: E402
+from elmo_plugin.weights.random_weights import write_random_elmo  # noqa: E402
+
+
+def random_model(directory: Path, architecture: str) -> Tuple[str, str]:
+    """Options and weight files of a published architecture (`small` or `original`) with random
+    weights, under `directory / architecture`."""
+    return write_random_elmo(directory / architecture, ARCHITECTURE_OPTIONS[architecture], seed=0)
 
 
 def make_input(path: Path, count: int) -> int:
@@ -89,17 +100,12 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--large", type=int, default=50000, help="0 skips the memory run")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--architecture", choices=["small", "original"], default="small")
+    parser.add_argument("--architecture", choices=sorted(ARCHITECTURE_OPTIONS), default="small")
     args = parser.parse_args()
-
-    sys.path.insert(0, str(REPO))
-    from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS, SMALL_OPTIONS
-    from elmo_plugin.weights.random_weights import write_random_elmo
 
     with tempfile.TemporaryDirectory() as work:
         work_dir = Path(work)
-        architecture = {"small": SMALL_OPTIONS, "original": ORIGINAL_OPTIONS}[args.architecture]
-        options, weights = write_random_elmo(work_dir / "elmo", architecture, seed=0)
+        options, weights = random_model(work_dir, args.architecture)
         small_input = work_dir / "small.txt"
         tokens = make_input(small_input, args.sentences)
         print(f"{args.architecture} architecture, random weights, {args.threads} threads; "

@@ -54,6 +54,8 @@ def _architecture(cell_dim: int, projection_dim: int, n_highway: int) -> Dict[st
 # architectures in tests and benchmarks, and for training configs).
 SMALL_OPTIONS: Dict[str, Any] = _architecture(1024, 128, 1)
 ORIGINAL_OPTIONS: Dict[str, Any] = _architecture(4096, 512, 2)
+# By the names the benchmarks' `--architecture` takes.
+ARCHITECTURE_OPTIONS: Dict[str, Dict[str, Any]] = {"small": SMALL_OPTIONS, "original": ORIGINAL_OPTIONS}
 
 
 def files_or_default(options_file: Optional[str], weight_file: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
