@@ -14,11 +14,12 @@ INSTALLED := $(VENV)/.installed
 
 install: $(INSTALLED)
 
-$(INSTALLED): requirements.txt setup.cfg setup.py pyproject.toml elmo_plugin.pth
+$(INSTALLED): requirements.txt elmo_plugin/requirements.txt setup.cfg setup.py pyproject.toml elmo_plugin.pth
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' requirements.txt | cut -d' ' -f1)
+	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' elmo_plugin/requirements.txt | cut -d' ' -f1)
 	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
-	@# A complete pinned set: --no-deps keeps allennlp's stale torch<1.13 pin out of the way.
+	@# A complete pinned set (the run-time one and the tests' oracles): --no-deps keeps allennlp's
+	@# stale torch<1.13 pin out of the way.
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -r requirements.txt
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	@# Run elmo_plugin_warnings and elmo_plugin_import_hook at interpreter start-up (see those

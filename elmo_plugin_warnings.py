@@ -3,9 +3,9 @@ Silences warnings that the pinned AllenNLP stack prints on every start and that 
 be harmless. This is the only place that filters warnings; each filter says why it is safe.
 
 It must run before `allennlp` imports its dependencies, which happens before any plugin is
-loaded, so `make install` adds a one-line `elmo_plugin_warnings.pth` to the environment's
-site-packages (Python runs `.pth` import lines at start-up); `import elmo_plugin` also
-installs the filters, for environments without that file.
+loaded, so `elmo_plugin.pth` (which `make install` copies into the environment's
+site-packages and the wheel carries; Python runs `.pth` import lines at start-up) imports it;
+`import elmo_plugin` also installs the filters, for environments without that file.
 """
 import warnings
 

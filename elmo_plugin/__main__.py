@@ -1,7 +1,9 @@
 """
-`python -m elmo_plugin <command> ...`: the `allennlp` command line with this plugin loaded,
-from any directory. (`allennlp` itself finds plugin subcommands such as `elmo` only through a
-`.allennlp_plugins` file in the working directory or `~/.allennlp/plugins`.)
+`python -m elmo_plugin <command> ...`: the `allennlp` command line with this plugin loaded.
+Where the package is installed, `allennlp` itself has the plugin's subcommands in every
+directory too (`elmo_plugin_import_hook`); this entry point does not depend on that hook.
+(In an environment without AllenNLP, Python stops at the package's import with its one-line
+`MissingDependencyError`, before this module runs.)
 """
 from allennlp.commands import main
 

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
+from elmo_plugin.common.installation import TRAINING_CONFIG_DIR
 from elmo_plugin.demo.corpus import GeneratedSentence, generate_sentences, tagged_line
 from elmo_plugin.demo.sense_report import (
     format_table,
@@ -28,8 +29,8 @@ from elmo_plugin.demo.sense_report import (
     sense_similarities,
 )
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = os.path.join(REPO_ROOT, "training_config")
+# The installed package's configs (a clone's training_config/ links to them).
+CONFIGS = TRAINING_CONFIG_DIR
 
 
 def write_lines(path: str, lines: Sequence[str]) -> str:
@@ -64,9 +65,28 @@ def allennlp(arguments: List[str], environment: Dict[str, str] = None) -> None:
     """Runs `allennlp ARGUMENTS` with the plugin loaded, showing its normal output."""
     command = [sys.executable, "-m", "elmo_plugin", *arguments]
     print(f"\n$ allennlp {' '.join(arguments)}", flush=True)
-    completed = subprocess.run(command, cwd=REPO_ROOT, env={**os.environ, **(environment or {})})
+    completed = subprocess.run(command, env={**os.environ, **(environment or {})})
     if completed.returncode != 0:
         raise SystemExit(f"demo: `allennlp {arguments[0]}` failed (exit {completed.returncode}).")
+
+
+# Marks a directory as the demo's own, which the next run may replace.
+DEMO_MARKER = ".elmo_plugin_demo"
+
+
+def prepare_output_directory(output: str) -> str:
+    """An empty `output`; a previous demo's is replaced, anything else is refused (the demo
+    runs in the user's directories: it must never delete their files)."""
+    if os.path.exists(output):
+        if not os.path.isdir(output) or (os.listdir(output) and not os.path.exists(os.path.join(output, DEMO_MARKER))):
+            raise SystemExit(
+                f"demo: {output} exists and is not a previous demo's output; give another --output "
+                "or remove it yourself."
+            )
+        shutil.rmtree(output)
+    os.makedirs(output)
+    open(os.path.join(output, DEMO_MARKER), "w").close()
+    return output
 
 
 def banner(text: str) -> None:
@@ -75,16 +95,15 @@ def banner(text: str) -> None:
 
 def main(argv: Sequence[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--output", default=os.path.join(REPO_ROOT, "demo_output"))
+    parser.add_argument("--output", default="demo_output",
+                        help="the demo's directory (replaced at every run); default: ./demo_output")
     parser.add_argument("--train-sentences", type=int, default=30000)
     parser.add_argument("--epochs", type=int, default=3, help="biLM training epochs")
     parser.add_argument("--tagger-epochs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     started = time.time()
-    output = os.path.abspath(args.output)
-    if os.path.exists(output):
-        shutil.rmtree(output)  # the demo's own directory: every run starts clean
+    output = prepare_output_directory(os.path.abspath(args.output))
 
     banner("1. A generated corpus with ambiguous words")
     corpus = write_corpus(os.path.join(output, "corpus"), args.train_sentences, args.seed)

@@ -46,28 +46,6 @@ def test_the_finder_answers_only_for_old_paths():
         import allennlp.commands.no_such_module  # noqa: F401
 
 
-def test_the_wheel_installs_the_start_up_hook(tmp_path):
-    # Built from a copy: a build writes into the source tree.
-    source = tmp_path / "source"
-    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "tests", "benchmarks", "training_config", "build", "*.egg-info", "__pycache__"))
-    completed = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source),
-         "-w", str(tmp_path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    import zipfile
-
-    (wheel,) = tmp_path.glob("*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert {"elmo_plugin.pth", "elmo_plugin_import_hook.py", "elmo_plugin_warnings.pth"} & set(names) == {
-        "elmo_plugin.pth", "elmo_plugin_import_hook.py"
-    }
-    pth = zipfile.ZipFile(wheel).read("elmo_plugin.pth").decode().split("\n")
-    assert "import elmo_plugin_import_hook" in pth and "import elmo_plugin_warnings" in pth
-
-
 def fixture_sentences_in_file_order():
     """The TF fixture's sentences and top layers, in the order its batches of 3 were run."""
     sentences = json.loads((ELMO_FIXTURES / "sentences.json").read_text())

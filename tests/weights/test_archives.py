@@ -144,3 +144,89 @@ def test_directories_that_hold_no_model_or_two_say_what_they_hold(tmp_path):
         shutil.copy(ELMO_WEIGHT_FILE, two / name)
     with pytest.raises(ConfigurationError, match=r"holds several HDF5 files \(a.hdf5, b.hdf5\)"):
         ElmoBiLm(None, str(two))
+
+
+def model_sources(tmp_path):
+    """The fixture biLM as a model directory, a zip and a tarball."""
+    directory = tmp_path / "model_dir"
+    directory.mkdir()
+    shutil.copy(ELMO_OPTIONS_FILE, directory / "options.json")
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights.hdf5")
+    tarball = tmp_path / "model.tar.gz"
+    with tarfile.open(tarball, "w:gz") as archive:
+        archive.add(directory, "model")
+    return [str(directory), nlpl_zip(tmp_path / "model.zip", "model/"), str(tarball)]
+
+
+@pytest.fixture
+def published_options_never_fetched(monkeypatch):
+    """Fails a test that resolves a published options URL (it would download it)."""
+    from elmo_plugin.weights import pretrained
+    from elmo_plugin.weights.formats import base
+
+    resolve = base.resolve_model_source
+
+    def refuse_published(path_or_url, description):
+        assert pretrained.output_dim_of_published(str(path_or_url)) is None, f"fetched {path_or_url}"
+        return resolve(path_or_url, description)
+
+    monkeypatch.setattr(base, "resolve_model_source", refuse_published)
+
+
+def test_the_09_path_reads_a_model_source_with_its_own_options(
+    tmp_path, cache_directory, reference, published_options_never_fetched
+):
+    # AllenNLP 0.9's ElmoEmbedder(weight_file=X): the options argument is the original ELMo's URL.
+    from allennlp.commands.elmo import DEFAULT_OPTIONS_FILE
+    from allennlp.commands.elmo import ElmoEmbedder as ElmoEmbedder09
+
+    from elmo_plugin import Elmo, ElmoTokenEmbedder
+
+    expected = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_sentence(["The", "bats", "hang"])
+    for source in model_sources(tmp_path):
+        embedder = ElmoEmbedder09(weight_file=source, stateful=False)
+        numpy_equal = (embedder.embed_sentence(["The", "bats", "hang"]) == expected).all()
+        assert numpy_equal, source
+        elmo = Elmo(DEFAULT_OPTIONS_FILE, source, 1, stateful=False)
+        assert_is_the_fixture(elmo._elmo_lstm, reference)
+        from allennlp.common import Params
+
+        token_embedder = ElmoTokenEmbedder.from_params(Params({"weight_file": source, "stateful": False}))
+        assert_is_the_fixture(token_embedder._elmo._elmo_lstm, reference)
+
+
+def test_published_options_beside_a_directory_of_weights_alone_are_still_used(tmp_path, cache_directory):
+    # A directory no format reads alone keeps the options it was given (here: fetched, refused).
+    from elmo_plugin.weights import pretrained
+    from elmo_plugin.weights.formats import base
+
+    directory = tmp_path / "weights_only"
+    directory.mkdir()
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights.hdf5")
+    files = []
+    real = base.resolve_model_source
+
+    def record(path_or_url, description):
+        files.append(path_or_url)
+        if path_or_url == pretrained.DEFAULT.options_file:
+            raise ConfigurationError("offline")
+        return real(path_or_url, description)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "resolve_model_source", record)
+        with pytest.raises(ConfigurationError, match="offline"):
+            ElmoEmbedder(pretrained.DEFAULT.options_file, str(directory))
+    assert files == [str(directory), pretrained.DEFAULT.options_file]
+
+
+@pytest.mark.parametrize("layout", ["directory", "file"])
+def test_weights_without_options_are_refused_in_one_line(tmp_path, layout):
+    directory = tmp_path / "weights_only"
+    directory.mkdir()
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "lm_weights.hdf5")
+    source = directory if layout == "directory" else directory / "lm_weights.hdf5"
+    with pytest.raises(ConfigurationError) as raised:
+        ElmoEmbedder(weight_file=str(source))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert str(source) in message and "--options-file" in message and "options.json" in message

@@ -11,6 +11,7 @@ import numpy
 from allennlp.common import Registrable
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.weights import pretrained
 from elmo_plugin.weights.files import resolve_model_source
 from elmo_plugin.weights.options import ElmoOptions
 
@@ -36,14 +37,34 @@ class ModelFiles:
     def resolve(
         cls, options_file: Optional[str], weight_file: Optional[str], vocabulary_file: Optional[str] = None
     ) -> "ModelFiles":
-        """Local paths for what the user named: downloads, archives extracted (`files`)."""
+        """
+        Local paths for what the user named: downloads, archives extracted (`files`).
+
+        A model directory or archive named as the weight file beside a published options URL
+        (AllenNLP 0.9's `ElmoEmbedder(weight_file=X)`, whose options default to the original
+        ELMo's) is read with the options it holds, when a format recognises it alone.
+        """
+        weight_path = None if weight_file is None else resolve_model_source(weight_file, "ELMo weight file")
+        vocabulary_path = (
+            None if vocabulary_file is None else resolve_model_source(vocabulary_file, "vocabulary file")
+        )
+        if (
+            options_file is not None
+            and weight_path is not None
+            and os.path.isdir(weight_path)
+            and pretrained.output_dim_of_published(options_file) is not None
+        ):
+            model_alone = cls(None, weight_file, None, weight_path, vocabulary_file, vocabulary_path)
+            if any(weight_format.recognizes(model_alone) for weight_format in registered_formats()):
+                logger.info("%s holds its own options: %s is not used", weight_file, options_file)
+                return model_alone
         return cls(
             options_file=options_file,
             weight_file=weight_file,
             options_path=None if options_file is None else resolve_model_source(options_file, "ELMo options file"),
-            weight_path=None if weight_file is None else resolve_model_source(weight_file, "ELMo weight file"),
+            weight_path=weight_path,
             vocabulary_file=vocabulary_file,
-            vocabulary_path=None if vocabulary_file is None else resolve_model_source(vocabulary_file, "vocabulary file"),
+            vocabulary_path=vocabulary_path,
         )
 
     def describe(self) -> str:
@@ -179,6 +200,7 @@ def read_bilm(
         weights = matching[0].read(files, options)
         return weights.options, weights
     if not matching:
+        _refuse_weights_without_options(files)
         expected = "; ".join(f"{f.name}: {f.expects}" for f in registered_formats())
         found = files.contents()
         raise ConfigurationError(
@@ -188,6 +210,28 @@ def read_bilm(
     raise ConfigurationError(
         f"{files.describe()} could be read as any of the ELMo weight formats "
         f"{', '.join(f.name for f in matching)}; their recognisers overlap."
+    )
+
+
+def _refuse_weights_without_options(files: ModelFiles) -> None:
+    """The one-line error for HDF5 weights named without options (a file, or a directory that
+    holds .hdf5 files but no options.json)."""
+    if files.options_path is not None or files.weight_path is None:
+        return
+    path = files.weight_path
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        weight_files = sorted(entry for entry in entries if entry.endswith(".hdf5"))
+        if not weight_files or "options.json" in entries:
+            return
+        held = f"{files.weight_file} holds biLM weights ({', '.join(weight_files)}) but no options.json"
+    elif path.endswith(".hdf5"):
+        held = f"{files.weight_file} is a biLM weight file, named without its options"
+    else:
+        return
+    raise ConfigurationError(
+        f"{held}: name the options file too (allennlp elmo --options-file OPTIONS.json; "
+        f"options_file= in Python and configs), or put it beside the weights as options.json."
     )
 
 
