@@ -12,6 +12,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
+from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.embed_file import DEFAULT_BATCH_SIZE, embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.segmented_reading import direction_columns
@@ -194,33 +195,33 @@ class ElmoEmbedder:
         those straight into the output).
         """
         _check_tokenized(batch)
-        long_rows = [row for row, sentence in enumerate(batch) if len(sentence) + 2 > self.max_tokens_per_batch]
         if not any(batch):  # nothing to read (and no state to carry)
             for row in range(len(batch)):
                 writer.whole(row, self.empty_embedding())
             return
-        if not long_rows:
+        groups, long_rows = rows_within_token_budget([len(sentence) for sentence in batch], self.max_tokens_per_batch)
+        if not long_rows and len(groups) == 1:  # the whole batch fits the budget: one pass
             activations, mask = self.batch_to_embeddings(batch)
             lengths = mask.sum(dim=1).tolist()
             activations = activations.cpu().numpy()
             for row, length in enumerate(lengths):
                 writer.whole(row, activations[row, :, :length])
             return
-        # Short rows together, long ones one by one, each from its row of the start state
-        # (carried or fixed point); the final states go back to their rows for the next batch.
+        # Groups of rows within the budget, long rows one by one in segments, each from its
+        # row of the start state (carried or fixed point); the final states go back to their
+        # rows for the next batch.
         start_state = self.batch_start_state.for_batch(len(batch), next(self.elmo_bilm.parameters()))
         final_states: List[Optional[Tuple[torch.Tensor, torch.Tensor]]] = [None] * len(batch)
-        short_rows = [row for row in range(len(batch)) if row not in long_rows]
-        if short_rows:
-            rows = torch.tensor(short_rows, device=start_state[0].device)
+        for group in groups:
+            rows = torch.tensor(group, device=start_state[0].device)
             output, final = self.elmo_bilm.forward_with_state(
-                self.elmo_bilm.character_ids([batch[row] for row in short_rows]).to(self.device),
+                self.elmo_bilm.character_ids([batch[row] for row in group]).to(self.device),
                 (start_state[0].index_select(1, rows), start_state[1].index_select(1, rows)),
             )
             activations, mask = self._without_boundaries(output)
             lengths = mask.sum(dim=1).tolist()
             activations = activations.cpu().numpy()
-            for position, row in enumerate(short_rows):
+            for position, row in enumerate(group):
                 writer.whole(row, activations[position, :, : lengths[position]])
                 final_states[row] = (final[0][:, position : position + 1], final[1][:, position : position + 1])
         for row in long_rows:
@@ -239,6 +240,8 @@ class ElmoEmbedder:
         self, sentences: Iterable[List[str]], batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[numpy.ndarray]:
         """Lazily embeds an iterable of tokenized sentences, `batch_size` at a time, in order."""
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
         for batch in lazy_groups_of(iter(sentences), batch_size):
             yield from self.embed_batch(batch)
 

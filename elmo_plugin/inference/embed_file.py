@@ -47,6 +47,7 @@ from allennlp.common.tqdm import Tqdm
 
 from elmo_plugin.common.atomic_file import atomic_output_path
 from elmo_plugin.inference import workers
+from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.hdf5_output import (
     CARRIED_STATE,
     ChunkWriter,
@@ -585,7 +586,8 @@ def _read_chunks(input_path: str, chunk_size: int) -> Iterator[Tuple[int, List[s
 def _batches(lengths: List[int], batch_size: Optional[int], stateful: bool, max_tokens: int) -> Iterator[List[int]]:
     """
     Positions within a chunk, grouped into batches: in stateful mode `batch_size` consecutive
-    lines (0.9's batches, which the carried state depends on); in deterministic mode the lines
+    lines (0.9's batches, which the carried state depends on; the embedder reads a batch beyond
+    the token budget in parts, `ElmoEmbedder.embed_batch_into`); in deterministic mode the lines
     sorted by length, at most `batch_size` of them (if given) and `max_tokens` token positions (with the
     sentence boundaries and padding), so many short lines fill a batch and a long one does not
     get the batch size of short ones. A line longer than `max_tokens` is a batch of its own
@@ -596,16 +598,9 @@ def _batches(lengths: List[int], batch_size: Optional[int], stateful: bool, max_
         for start in range(0, len(lengths), batch_size):
             yield list(range(start, min(start + batch_size, len(lengths))))
         return
-    order = sorted(range(len(lengths)), key=lambda position: lengths[position])
-    batch: List[int] = []
-    for position in order:
-        # Sorted ascending: the newest sentence is the longest, so it sets the padded size.
-        if batch and (len(batch) == batch_size or (len(batch) + 1) * (lengths[position] + 2) > max_tokens):
-            yield batch
-            batch = []
-        batch.append(position)
-    if batch:
-        yield batch
+    groups, long_rows = rows_within_token_budget(lengths, max_tokens, batch_size)
+    yield from groups
+    yield from ([position] for position in long_rows)
 
 
 def _embed_chunk(

@@ -130,6 +130,7 @@ class ElmoBiLmModel(Model):
             lstm_input_dropout=dropout,
             vocabulary=BiLmVocabulary.words(vocab),
             keep_softmax=True,
+            random_weights=weight_file is None,  # training from scratch: an architecture alone
         )
         elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)

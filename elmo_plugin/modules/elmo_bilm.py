@@ -45,8 +45,7 @@ class ElmoBiLm(torch.nn.Module):
         archive that holds the whole biLM (then `weight_file` may be `None`).
     weight_file : `Optional[str]`
         Path or URL of the weights, in any format of `elmo_plugin.weights.formats` (a model
-        directory or archive too); `None` with an options file leaves the parameters randomly
-        initialised (to train a biLM from scratch).
+        directory or archive too). Options without weights are refused unless `random_weights`.
     requires_grad, vocab_to_cache, stateful, precision
         See `ElmoSettings`.
     bias_as_in_file : `bool`, optional (default = `False`)
@@ -63,6 +62,10 @@ class ElmoBiLm(torch.nn.Module):
         Keep the trained softmax of a weight file that holds one (`softmax_in_weights`) as
         `file_softmax`, `(words, weight or None, bias)`, for the biLM model to fine-tune from.
         The softmax is not part of the biLM: `options` never declare it.
+    random_weights : `bool`, optional (default = `False`)
+        Accept options without weights and leave the parameters randomly initialised: a biLM
+        trained from scratch (the biLM model), tests and benchmarks. Never implied: a biLM
+        loaded for use without its weights would give meaningless vectors.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class ElmoBiLm(torch.nn.Module):
         lstm_input_dropout: float = 0.0,
         vocabulary: Optional[List[str]] = None,
         keep_softmax: bool = False,
+        random_weights: bool = False,
     ) -> None:
         super().__init__()
         settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
@@ -87,6 +91,12 @@ class ElmoBiLm(torch.nn.Module):
                 "directory or archive."
             )
         options, weights = read_bilm(options_file, weight_file)
+        if weights is None and not random_weights:
+            raise ConfigurationError(
+                f"The ELMo options{'' if isinstance(options_file, ElmoOptions) else ' ' + str(options_file)} "
+                "come without weights: name the biLM's weight file too (allennlp elmo --weight-file; weight_file= "
+                "in Python and configs), or a model directory or archive that holds both."
+            )
         self.file_softmax: Optional[Tuple[List[str], Optional[numpy.ndarray], numpy.ndarray]] = None
         if options.softmax_in_weights:
             if keep_softmax and weights is not None:

@@ -5,6 +5,7 @@ bilm-tf wrote these files; they describe the architecture, and the HDF5 weight f
 meaning without them. This module is the one place that reads and writes them.
 """
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -153,6 +154,7 @@ class ElmoOptions:
     def from_dict(cls, raw: Dict[str, Any], source: str = "<dict>") -> "ElmoOptions":
         """Validates a parsed options JSON; errors name `source` and the offending key."""
         reader = _KeyReader(raw, source)
+        reader.refuse_non_finite_numbers()
         if "word_embedding" in raw and "char_cnn" not in raw:
             raise ConfigurationError(
                 f"ELMo options file {source}: a word_embedding section goes with a char_cnn section "
@@ -341,6 +343,21 @@ class _KeyReader:
                 f"{expected_type.__name__}, got {value!r}"
             )
         return value
+
+    def refuse_non_finite_numbers(self) -> None:
+        """JSON parsers accept NaN and Infinity; no option may be one (a NaN clip passes every
+        comparison and makes every vector NaN)."""
+
+        def visit(node: Any, key: str) -> None:
+            if isinstance(node, float) and not math.isfinite(node):
+                raise ConfigurationError(
+                    f"ELMo options file {self._source}: '{key}' must be a finite number, got {node!r}"
+                )
+            children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for child_key, child in children:
+                visit(child, f"{key}.{child_key}" if key else str(child_key))
+
+        visit(self._raw, "")
 
     def has(self, dotted_key: str) -> bool:
         return self._lookup(dotted_key)[0]

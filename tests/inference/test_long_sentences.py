@@ -90,3 +90,51 @@ def test_the_python_api_says_when_a_sentences_vectors_cannot_fit(monkeypatch):
 def test_a_budget_too_small_for_one_token_is_refused():
     with pytest.raises(ConfigurationError, match="max_tokens_per_batch must be at least 3"):
         embedder(max_tokens_per_batch=2)
+
+
+def record_token_positions(embedder_, monkeypatch):
+    """Records rows x positions of every character-id tensor the biLM reads."""
+    encoder = embedder_.elmo_bilm.token_embedder
+    read_sizes = []
+    forward = encoder.forward
+
+    def recording(ids, *args, **kwargs):
+        read_sizes.append(ids.shape[0] * ids.shape[1])
+        return forward(ids, *args, **kwargs)
+
+    monkeypatch.setattr(encoder, "forward", recording)
+    return read_sizes
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_the_budget_binds_whatever_the_batch_holds(stateful, monkeypatch):
+    # 200 short sentences and long ones in one batch: read in groups within the budget.
+    batch = [line.split() for line in LINES] + [["a", "b"]] * 200
+    budget = 64
+    bounded = embedder(stateful, budget)
+    read_sizes = record_token_positions(bounded, monkeypatch)
+    actual = bounded.embed_batch(batch)
+    assert read_sizes and max(read_sizes) <= budget
+    for expected, vectors in zip(embedder(stateful).embed_batch(batch), actual):
+        numpy.testing.assert_allclose(vectors, expected, atol=2e-6, rtol=0)
+
+
+class TestTheBudgetInTheFileEngine(EmbedFileTestCase):
+    def test_a_given_batch_size_does_not_lift_the_budget(self):
+        # Stateful batches of 50 consecutive lines, one of them far longer than the rest.
+        lines = ["one two three"] * 60 + [" ".join(["long"] * 300)] + ["four five"] * 39
+        path = self.write_input(lines)
+        expected = read_hdf5(self.embed(path, "unbounded.hdf5", embedder=embedder(True), batch_size=50))
+        bounded = embedder(True, max_tokens_per_batch=100)
+        with pytest.MonkeyPatch.context() as patch:
+            read_sizes = record_token_positions(bounded, patch)
+            actual = read_hdf5(self.embed(path, "bounded.hdf5", embedder=bounded, batch_size=50))
+        assert max(read_sizes) <= 100
+        for key in expected:
+            if key != "sentence_to_index":
+                numpy.testing.assert_allclose(actual[key], expected[key], atol=2e-6, rtol=0, err_msg=key)
+
+
+def test_embed_sentences_refuses_a_batch_size_below_one():
+    with pytest.raises(ConfigurationError, match="batch_size must be at least 1, got 0"):
+        list(embedder().embed_sentences([["a"]], batch_size=0))

@@ -118,11 +118,12 @@ def test_vocabulary_mismatches_and_missing_vocabularies_are_refused(trained_word
     options = ElmoOptions.from_file(options_file)
     word_options = {"lstm": options.to_dict()["lstm"]}
     with pytest.raises(ConfigurationError, match="needs its vocabulary"):
-        ElmoBiLm(ElmoOptions.from_dict(word_options), None)
+        ElmoBiLm(ElmoOptions.from_dict(word_options), None, random_weights=True)
     with pytest.raises(ConfigurationError, match="lacks <UNK>"):
-        ElmoBiLm(ElmoOptions.from_dict(word_options), None, vocabulary=["<S>", "</S>", "cat"])
+        ElmoBiLm(ElmoOptions.from_dict(word_options), None, vocabulary=["<S>", "</S>", "cat"], random_weights=True)
     with pytest.raises(ConfigurationError, match="n_tokens_vocab 5, but the vocabulary has 4"):
-        ElmoBiLm(ElmoOptions.from_dict(dict(word_options, n_tokens_vocab=5)), None, vocabulary=other_words)
+        ElmoBiLm(ElmoOptions.from_dict(dict(word_options, n_tokens_vocab=5)), None, vocabulary=other_words,
+                 random_weights=True)
     # Fine-tuning from the exported file with another vocabulary names the problem.
     with pytest.raises(ConfigurationError, match="differs from the one given"):
         ElmoBiLmModel(_vocabulary_of(other_words), options_file=options_file,

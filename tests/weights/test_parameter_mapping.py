@@ -69,7 +69,7 @@ def test_each_block_maps_exactly_its_parameters_and_round_trips(architecture, bi
 
 def test_the_bilm_mapping_is_its_blocks_mappings_under_their_attribute_names():
     options = ElmoOptions.from_dict(ORACLE_ARCHITECTURES["fixture"]())
-    bilm = ElmoBiLm(options, None)
+    bilm = ElmoBiLm(options, None, random_weights=True)
     values = bilm.parameters_from_arrays(random_weight_arrays(options))
     assert set(values) == set(dict(bilm.named_parameters()))
 

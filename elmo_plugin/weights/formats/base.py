@@ -198,6 +198,7 @@ def read_bilm(
     if len(matching) == 1:
         logger.debug("Reading %s as ELMo weight format %r", files.describe(), matching[0].name)
         weights = matching[0].read(files, options)
+        refuse_non_finite(weights)
         return weights.options, weights
     if not matching:
         _refuse_weights_without_options(files)
@@ -211,6 +212,21 @@ def read_bilm(
         f"{files.describe()} could be read as any of the ELMo weight formats "
         f"{', '.join(f.name for f in matching)}; their recognisers overlap."
     )
+
+
+def refuse_non_finite(weights: BiLmWeights) -> None:
+    """Refuses weights with a NaN or an infinity, naming the dataset and, for a matrix, the row:
+    one such value makes every later layer NaN."""
+    for name, array in weights.arrays.items():
+        if array.dtype.kind != "f" or numpy.isfinite(array).all():
+            continue
+        bad = ~numpy.isfinite(array)
+        where = f"row {int(numpy.argmax(bad.reshape(len(array), -1).any(axis=1)))}, " if array.ndim >= 2 else ""
+        raise ConfigurationError(
+            f"{weights.source}: the dataset '{name}' holds {int(bad.sum())} non-finite value(s) "
+            f"(NaN or infinity; {where}index {numpy.unravel_index(int(numpy.argmax(bad)), array.shape)}); "
+            "the file is damaged or was written by a diverged training run."
+        )
 
 
 def _refuse_weights_without_options(files: ModelFiles) -> None:
