@@ -8,6 +8,7 @@ import logging
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common import logging as common_logging
+from allennlp.common.util import SigTermReceived
 from overrides import overrides
 
 from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
@@ -107,13 +108,14 @@ def elmo_command(args: argparse.Namespace) -> None:
             num_workers=args.num_workers,
             shard_size=args.shard_size,
         )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SigTermReceived) as interruption:
         logger.error(
-            "Interrupted. Finished chunks are kept in %s.partial; run the same command with "
-            "--resume to continue.",
+            "%s. Finished chunks are kept in %s.partial; run the same command with --resume to "
+            "continue.",
+            "Interrupted" if isinstance(interruption, KeyboardInterrupt) else "Stopped (SIGTERM)",
             args.output_file,
         )
-        raise SystemExit(130)
+        raise SystemExit(130 if isinstance(interruption, KeyboardInterrupt) else 143)
 
 
 _BYTE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

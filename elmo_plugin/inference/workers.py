@@ -12,8 +12,9 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
-from typing import Any, Callable, Iterator, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -88,12 +89,22 @@ def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, o
     raised here as one error naming the worker; the finished chunks stay in `OUTPUT.partial`
     for `--resume`.
     """
-    port = _free_port()
-    threads = max(1, (os.cpu_count() or 1) // num_workers)
-    try:
-        torch.multiprocessing.spawn(
-            _worker, args=(num_workers, port, threads, run, embedder), nprocs=num_workers, join=True
+    cores = os.cpu_count() or 1
+    if num_workers > cores:
+        logger.warning(
+            "%d workers on %d CPU cores: each loads the biLM and competes for the cores, so the "
+            "run is slower and takes more memory than with %d; use --num-workers %d or fewer.",
+            num_workers, cores, cores, cores,
         )
+    port = _free_port()
+    threads = max(1, cores // num_workers)
+    context = torch.multiprocessing.start_processes(
+        _worker, args=(num_workers, port, threads, run, embedder), nprocs=num_workers, join=False,
+        start_method="spawn",
+    )
+    try:
+        while not context.join():
+            pass
     except torch.multiprocessing.ProcessRaisedException as error:
         raise _worker_error(str(error), output_path) from None
     except torch.multiprocessing.ProcessExitedException as error:
@@ -102,9 +113,36 @@ def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, o
             f"the others were stopped. Finished chunks are kept in {output_path}.partial: run the "
             "same command with --resume."
         ) from None
+    except BaseException:  # Ctrl-C, SIGTERM (AllenNLP's SigTermReceived): no worker outlives us
+        stop_processes(context.processes)
+        raise
+
+
+# Seconds a worker has to finish cleanly (release the output's lock) after SIGTERM.
+_STOP_GRACE_SECONDS = 30
+
+
+def stop_processes(processes: List[Any]) -> None:
+    """SIGTERM to every living process, then SIGKILL to any still alive after the grace time."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(_STOP_GRACE_SECONDS)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def _exit_on_sigterm(signal_number: int, frame: Any) -> None:
+    raise SystemExit(128 + signal_number)  # unwinds: the output's lock is released, files closed
 
 
 def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embedder: Any) -> None:
+    # The parent decides when the run stops (Ctrl-C reaches the whole process group) and
+    # stops the workers with SIGTERM, which each one leaves through its clean-up.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)

@@ -7,10 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import filelock
 import h5py
 import numpy
+import psutil
 import pytest
 from allennlp.common.checks import ConfigurationError
 
@@ -31,6 +33,14 @@ class KilledWorker(ElmoEmbedder):
         self.batches += 1
         if os.environ.get("RANK") == "1" and self.batches == 3:
             os.kill(os.getpid(), signal.SIGKILL)
+        super().embed_batch_into(batch, writer)
+
+
+class SlowEmbedder(ElmoEmbedder):
+    """Embeds as ElmoEmbedder does, a tenth of a second per batch: a run long enough to stop."""
+
+    def embed_batch_into(self, batch, writer):
+        time.sleep(0.1)
         super().embed_batch_into(batch, writer)
 
 
@@ -132,3 +142,63 @@ def test_too_few_chunks_for_the_workers_are_named(caplog):
                     identity=())
     _warn_if_few_chunks(resumed, 2)  # only the 3 unfinished ones count
     assert "3 chunks to embed for 2 processes" in caplog.text and "--chunk-size (now 4096 lines)" in caplog.text
+
+
+# `allennlp elmo --num-workers 2` with SlowEmbedder in place of ElmoEmbedder.
+SLOW_COMMAND = """
+import sys
+from allennlp.commands import main
+from allennlp.common.util import install_sigterm_handler
+import elmo_plugin.commands.elmo
+from tests.inference.test_workers import SlowEmbedder
+elmo_plugin.commands.elmo.ElmoEmbedder = SlowEmbedder
+install_sigterm_handler()
+main(prog="allennlp")
+"""
+
+
+@pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_stopping_the_command_stops_every_worker_and_leaves_a_resumable_run(
+    single_process_output, tmp_path, signal_number, exit_code
+):
+    input_path, expected = single_process_output
+    output = tmp_path / "out.hdf5"
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_COMMAND, "elmo", str(input_path), str(output), "--all", "--deterministic",
+         "--num-workers", "2", "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
+         "--chunk-size", str(OPTIONS["chunk_size"]), "--batch-size", str(OPTIONS["batch_size"])],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    partial = tmp_path / "out.hdf5.partial"
+    deadline = time.monotonic() + 120
+    while not (partial.is_dir() and any(name.startswith("chunk_") for name in os.listdir(partial))):
+        assert child.poll() is None, child.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # The spawned workers (not the resource tracker, which leaves when its parent has gone).
+    workers = [p for p in psutil.Process(child.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
+    assert len(workers) == 2
+    child.send_signal(signal_number)
+    _, stderr = child.communicate(timeout=120)
+    assert child.returncode == exit_code, stderr[-3000:]
+    assert "run the same command with --resume" in stderr.strip().splitlines()[-1]
+    assert not [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
+    filelock.FileLock(str(output) + ".lock").acquire(timeout=0)  # nobody holds the output's lock
+    assert not output.exists()
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), str(output), resume=True, **OPTIONS)
+    assert_identical(output, expected)
+
+
+def test_more_workers_than_cores_are_warned_about_before_they_start(monkeypatch, caplog):
+    from elmo_plugin.inference import workers
+
+    monkeypatch.setattr(workers.os, "cpu_count", lambda: 2)
+
+    def no_processes(*args, **kwargs):
+        raise RuntimeError("not started")
+
+    monkeypatch.setattr(workers.torch.multiprocessing, "start_processes", no_processes)
+    with pytest.raises(RuntimeError, match="not started"):
+        workers.spawn_workers(lambda embedder: None, None, 12, "out.hdf5")
+    assert "12 workers on 2 CPU cores" in caplog.text
