@@ -12,6 +12,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
 from allennlp.nn.util import remove_sentence_boundaries
 
+from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.embed_file import DEFAULT_BATCH_SIZE, embed_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
@@ -113,6 +114,7 @@ class ElmoEmbedder:
         self.max_tokens_per_batch = max_tokens_per_batch
         settings = ElmoSettings(stateful=stateful, precision=precision)
         options_file, weight_file = pretrained.files_or_default(options_file, weight_file)
+        self.model_files = (options_file, weight_file)  # as given: no output may write over them
         if cuda_device >= 0 and cuda_device >= torch.cuda.device_count():
             raise ConfigurationError(
                 f"cuda_device {cuda_device}: this machine has {torch.cuda.device_count()} CUDA "
@@ -284,6 +286,7 @@ class ElmoEmbedder:
             input_path = input_file.name
         if input_path is None:
             raise ValueError("embed_file needs a path, or an open file with a name on disk")
+        refuse_writing_over_inputs("allennlp elmo", [output_file_path], self.model_files)
         embed_file(
             self,
             input_path,

@@ -15,6 +15,7 @@ import numpy
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.data.vocab_file import read_bilm_vocab_file
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.weights import pretrained
@@ -34,6 +35,7 @@ def write_token_vectors(
 ) -> Dict[str, str]:
     """Writes the vectors of every word of `vocabulary_file`; returns the paths by format."""
     paths = {"hdf5": f"{output_prefix}.hdf5", "text": f"{output_prefix}.txt"}
+    refuse_writing_over_inputs("elmo-token-vectors", paths.values(), [vocabulary_file, options_file, weight_file])
     existing = [path for path in paths.values() if os.path.exists(path)]
     if existing and not overwrite:
         raise ConfigurationError(

@@ -12,6 +12,7 @@ from typing import Dict
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 
+from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.vocab_file import VOCAB_FILE_NAME, write_bilm_vocab_file
 from elmo_plugin.models.bilm import ElmoBiLmModel
@@ -33,6 +34,10 @@ def export_bilm(
     trained softmax and its words to the weight file (`softmax_in_weights`, see `layout`),
     for fine-tuning to start from; AllenNLP's ELMo and ours ignore them.
     """
+    refuse_writing_over_inputs(
+        "elmo-export", [os.path.join(output_directory, name) for name in (OPTIONS_NAME, WEIGHTS_NAME, VOCAB_FILE_NAME)],
+        [archive],
+    )
     _refuse_to_overwrite(output_directory, overwrite)
     if not os.path.exists(archive):
         raise ConfigurationError(f"elmo-export: no such archive or directory: {archive}")

@@ -12,9 +12,11 @@ from typing import Dict, Optional
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.common.atomic_file import write_text_atomically
+from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.data.vocab_file import VOCAB_FILE_NAME, write_bilm_vocab_file
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights, write_bilm_weights
+from elmo_plugin.weights.formats.published import OPTIONS_NAME, WEIGHTS_NAME
 from elmo_plugin.weights.formats.tensorflow import SCALAR_MIX
 
 # A TF-Hub module's trained layer mix: `Elmo(..., scalar_mix_parameters=...)` and its gamma.
@@ -36,6 +38,11 @@ def convert_bilm(
     `vocab.txt`. A TF-Hub module's layer mix goes to `scalar_mix.json`. The files appear there
     only once all of them are complete; returns their paths by role.
     """
+    refuse_writing_over_inputs(
+        "elmo-import",
+        [os.path.join(output_directory, name) for name in (OPTIONS_NAME, WEIGHTS_NAME, VOCAB_FILE_NAME, SCALAR_MIX_NAME)],
+        [source, options_file, vocabulary_file],
+    )
     weights = read_bilm_weights(options_file, source, vocabulary_file)
     if os.path.isfile(output_directory):
         raise ConfigurationError(f"elmo-import: {output_directory} is a file; give a directory to write into.")
