@@ -54,6 +54,7 @@ from elmo_plugin.inference.hdf5_output import (
     chunk_name,
     hdf5_errors_as_os_errors,
     hdf5_for_writing,
+    leftover_merges,
     merge_chunks,
 )
 from elmo_plugin.modules.start_state import BatchStartState
@@ -131,6 +132,7 @@ class _InputSummary:
     num_lines: int
     num_tokens: int
     sha256: str
+    chunk_sha256: List[str]  # of each chunk's bytes, to find an input changed during the run
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,8 @@ class _Plan:
     num_lines: int
     num_tokens: int
     identity: Tuple[Tuple[str, str], ...]
+    chunk_sha256: Tuple[str, ...]
+    input_size: int
 
 
 def embed_file(
@@ -268,7 +272,7 @@ def _check_can_share_work(embedder: SentenceEmbedder, world: int) -> None:
 def _check_paths(input_path: str, output_path: str, overwrite: bool) -> None:
     """Everything about the paths that can be known before any work."""
     if not os.path.isfile(input_path):
-        raise ConfigurationError(f"Input file {input_path} does not exist")
+        raise ConfigurationError(_not_a_regular_file(input_path))
     if os.path.isdir(output_path):
         raise ConfigurationError(f"Output {output_path} is a directory; give the HDF5 file to write")
     if os.path.exists(output_path) and os.path.samefile(input_path, output_path):
@@ -280,6 +284,20 @@ def _check_paths(input_path: str, output_path: str, overwrite: bool) -> None:
             f"Output file {output_path} already exists; pass --overwrite to replace it"
         )
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+
+
+def _not_a_regular_file(input_path: str) -> str:
+    """What is wrong with an input that is not a regular file."""
+    if input_path == "-" or (os.path.exists(input_path) and not os.path.isdir(input_path)):
+        what = "standard input" if input_path == "-" else "a pipe or a device, not a regular file"
+        return (
+            f"Input {input_path} is {what}: allennlp elmo reads its input several times (to check "
+            "it, to embed it, to key the vectors) and resumes from it, so it must be a file. Save "
+            "the text first (e.g. `... > sentences.txt`) and embed that file"
+        )
+    if os.path.isdir(input_path):
+        return f"Input {input_path} is a directory; give a text file with one sentence per line"
+    return f"Input file {input_path} does not exist"
 
 
 @contextlib.contextmanager
@@ -367,6 +385,9 @@ def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, 
         assert request.batch_size is not None  # embed_file gives stateful runs 0.9's default
         chunk_size = -(-chunk_size // request.batch_size) * request.batch_size
     partial_dir = request.partial_dir
+    for leftover in leftover_merges(request.output_path):  # of a killed run: we hold the lock
+        logger.info("Removing %s, left by a run killed while merging", leftover)
+        os.remove(leftover)
     if os.path.exists(partial_dir) and not request.resume:
         if not request.overwrite:
             raise ConfigurationError(
@@ -374,11 +395,12 @@ def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, 
                 f"--overwrite to start over"
             )
         shutil.rmtree(partial_dir)
+    input_size = os.path.getsize(request.input_path)
     summary = _validate_input(request.input_path, request.use_sentence_keys, request.forget_sentences,
-                              request.allow_empty_lines)
+                              request.allow_empty_lines, chunk_size)
     settings = _RunSettings(
         input_path=os.path.abspath(request.input_path),
-        input_size=os.path.getsize(request.input_path),
+        input_size=input_size,
         input_sha256=summary.sha256,
         output_format=request.output_format,
         batch_size=request.batch_size,
@@ -399,6 +421,8 @@ def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, 
         num_lines=summary.num_lines,
         num_tokens=summary.num_tokens,
         identity=tuple(sorted(identity.items())),
+        chunk_sha256=tuple(summary.chunk_sha256),
+        input_size=input_size,
     )
 
 
@@ -412,7 +436,7 @@ def _embed_share(request: _Request, plan: _Plan, embedder: SentenceEmbedder, ran
     progress = Tqdm.tqdm(total=lines_of_mine, unit="sentences", desc="embedding", disable=rank != 0)
     tokens_done = 0
     start_time = time.monotonic()
-    for chunk_index, lines in _read_chunks(request.input_path, plan.chunk_size):
+    for chunk_index, lines in _read_chunks(request.input_path, plan, request.partial_dir):
         if chunk_index % world != rank:
             continue
         if chunk_index in plan.done_chunks:
@@ -441,7 +465,9 @@ def _embed_share(request: _Request, plan: _Plan, embedder: SentenceEmbedder, ran
 
 def _finish(request: _Request, plan: _Plan) -> None:
     """Merges the chunks into OUTPUT (the first process, once every chunk is there)."""
-    sentences = (_sentence_of(raw_line) for _, raw_line in _iterate_lines(request.input_path))
+    if os.path.getsize(request.input_path) != plan.input_size:
+        raise _input_changed(request.input_path, "its size", request.partial_dir)
+    sentences = (line for _, lines in _read_chunks(request.input_path, plan, request.partial_dir) for line in lines)
     try:
         written = merge_chunks(request.partial_dir, request.output_path, plan.num_chunks, sentences,
                                request.use_sentence_keys, request.forget_sentences, request.shard_size)
@@ -476,18 +502,25 @@ def _format_lines(line_numbers: List[int]) -> str:
 
 
 def _validate_input(
-    input_path: str, use_sentence_keys: bool, forget_sentences: bool, allow_empty_lines: bool
+    input_path: str, use_sentence_keys: bool, forget_sentences: bool, allow_empty_lines: bool, chunk_size: int
 ) -> _InputSummary:
     """
     One streaming pass: every problem is reported with its (1-based) line number; the file's
-    digest (which identifies the input of a resumed run) is taken in the same read.
+    digest (which identifies the input of a resumed run) and each chunk's are taken in the
+    same read.
     """
     empty_lines: List[int] = []
     bad_keys: List[int] = []
     num_lines = num_tokens = 0
     digest = hashlib.sha256()
+    chunk_digests: List[str] = []
+    chunk_digest = hashlib.sha256()
     for index, raw_line in _iterate_lines(input_path):
         digest.update(raw_line)
+        chunk_digest.update(raw_line)
+        if (index + 1) % chunk_size == 0:
+            chunk_digests.append(chunk_digest.hexdigest())
+            chunk_digest = hashlib.sha256()
         try:
             sentence = _sentence_of(raw_line)
         except UnicodeDecodeError as error:
@@ -504,6 +537,8 @@ def _validate_input(
             bad_keys.append(index)
     if num_lines == 0:
         raise ConfigurationError(f"{input_path} is empty: there is nothing to embed")
+    if num_lines % chunk_size:
+        chunk_digests.append(chunk_digest.hexdigest())
     if empty_lines and not allow_empty_lines:
         raise ConfigurationError(
             f"{input_path} has blank lines (line {_format_lines(empty_lines)}); remove them or "
@@ -514,7 +549,8 @@ def _validate_input(
             f"{input_path}: with --use-sentence-keys, line {_format_lines(bad_keys)} cannot be an "
             f"HDF5 dataset name (it contains '/', or is '.' or empty); use line-index keys instead"
         )
-    return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, sha256=digest.hexdigest())
+    return _InputSummary(num_lines=num_lines, num_tokens=num_tokens, sha256=digest.hexdigest(),
+                         chunk_sha256=chunk_digests)
 
 
 def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool) -> Set[int]:
@@ -524,6 +560,13 @@ def _prepare_partial_dir(partial_dir: str, settings: _RunSettings, resume: bool)
             earlier = json.load(handle)
         if earlier != asdict(settings):
             differing = sorted(k for k in earlier if earlier.get(k) != asdict(settings).get(k))
+            if differing and set(differing) <= {"input_size", "input_sha256"}:
+                raise ConfigurationError(
+                    f"Cannot resume from {partial_dir}: {settings.input_path} has changed since the "
+                    "interrupted run read it (its size or content differ), and its finished chunks "
+                    "hold the old text's vectors. Restore the input, or pass --overwrite to start "
+                    "over with the new text"
+                )
             raise ConfigurationError(
                 f"Cannot resume from {partial_dir}: it was started with different "
                 f"{', '.join(differing)} (a resumed run must compute what the first one did); "
@@ -571,16 +614,39 @@ def _intact_chunks(partial_dir: str, done: Set[int], chunk_size: int, num_lines:
     return intact
 
 
-def _read_chunks(input_path: str, chunk_size: int) -> Iterator[Tuple[int, List[str]]]:
+def _read_chunks(input_path: str, plan: _Plan, partial_dir: str) -> Iterator[Tuple[int, List[str]]]:
+    """The input's chunks of sentences, each checked against its digest from the start of the
+    run: text changed in between would mix two versions of the input in one output."""
     chunk: List[str] = []
     chunk_index = 0
+    digest = hashlib.sha256()
     for _, raw_line in _iterate_lines(input_path):
+        digest.update(raw_line)
         chunk.append(_sentence_of(raw_line))
-        if len(chunk) == chunk_size:
+        if len(chunk) == plan.chunk_size:
+            _check_chunk(input_path, plan, chunk_index, digest, partial_dir)
             yield chunk_index, chunk
-            chunk, chunk_index = [], chunk_index + 1
+            chunk, chunk_index, digest = [], chunk_index + 1, hashlib.sha256()
     if chunk:
+        _check_chunk(input_path, plan, chunk_index, digest, partial_dir)
         yield chunk_index, chunk
+    if chunk_index + (1 if chunk else 0) != plan.num_chunks:
+        raise _input_changed(input_path, "its number of lines", partial_dir)
+
+
+def _check_chunk(input_path: str, plan: _Plan, chunk_index: int, digest: "hashlib._Hash", partial_dir: str) -> None:
+    if chunk_index >= len(plan.chunk_sha256) or digest.hexdigest() != plan.chunk_sha256[chunk_index]:
+        first = chunk_index * plan.chunk_size + 1
+        raise _input_changed(input_path, f"lines {first}-{first + plan.chunk_size - 1}", partial_dir)
+
+
+def _input_changed(input_path: str, what: str, partial_dir: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{input_path} changed during the run ({what} differ from what was read at the start): "
+        f"one output would mix two versions of the text. The finished chunks are kept in "
+        f"{partial_dir}: restore the input and run the same command with --resume, or pass "
+        "--overwrite to start over with the new text"
+    )
 
 
 def _batches(lengths: List[int], batch_size: Optional[int], stateful: bool, max_tokens: int) -> Iterator[List[int]]:

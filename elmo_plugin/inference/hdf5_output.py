@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from typing import Dict, Iterator, List, Optional
 
 import h5py
@@ -189,6 +190,15 @@ def _complete_file(path: str) -> Iterator[h5py.File]:
     with atomic_output_path(path, suffix=".hdf5.merging") as temporary_path:
         with hdf5_for_writing(temporary_path) as handle:
             yield handle
+
+
+def leftover_merges(output_path: str) -> List[str]:
+    """Temporary files of merges into OUTPUT or its shards whose run was killed (what
+    `atomic_output_path` writes before its rename: `.NAME.XXXXXXXX.hdf5.merging`)."""
+    directory = os.path.dirname(os.path.abspath(output_path))
+    shard_stem = os.path.basename(shard_path(output_path, 0))[: -len("00000.hdf5")]
+    pattern = re.compile(rf"\.({re.escape(os.path.basename(output_path))}|{re.escape(shard_stem)}\d{{5}}\.hdf5)\..+\.hdf5\.merging")
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory) if pattern.fullmatch(name))
 
 
 def _shards_of(output_path: str) -> List[str]:

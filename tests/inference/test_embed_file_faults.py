@@ -3,6 +3,7 @@ The file engine under bad input and faults: a resumed run that would mix models,
 sizes, damaged chunks, paths that would destroy data, a second writer, kill -9, a full disk.
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -192,3 +193,92 @@ class TestConcurrentAndKilledRuns(EmbedFileTestCase):
         resumed = read_hdf5(output)
         for key in expected:
             numpy.testing.assert_array_equal(resumed[key], expected[key])
+
+
+def edit_during_run(embedder, after_batches, edit):
+    """Calls `edit()` once, after `embedder` has embedded `after_batches` batches."""
+    calls = {"n": 0}
+    original = embedder.embed_batch_into
+
+    def editing(batch, writer):
+        original(batch, writer)
+        calls["n"] += 1
+        if calls["n"] == after_batches:
+            edit()
+
+    embedder.embed_batch_into = editing
+
+
+class TestAnInputChangedDuringTheRun(EmbedFileTestCase):
+    # Long enough lines that the run reads the file in several buffers (an edit after the first
+    # batch reaches what the run reads later).
+    LINES = [f"sentence {i:03d} " + " ".join(["words"] * 150) for i in range(40)]
+
+    def replace_line(self, path, index, text):
+        lines = open(path, encoding="utf-8").read().splitlines()
+        lines[index] = text[: len(lines[index])].ljust(len(lines[index]))  # the same size: only a digest sees it
+        with open(path, "w", encoding="utf-8") as handle:  # in place, as an editor would
+            handle.write("\n".join(lines) + "\n")
+
+    @pytest.mark.parametrize("stateful", [False, True])
+    @pytest.mark.parametrize("edited_line, after_batches, where", [
+        (35, 1, "lines 31-40"),  # a chunk not yet read: found when it is read
+        (2, 4, "lines 1-10"),  # a chunk already embedded: found when the merge reads it again
+    ])
+    def test_it_is_refused_and_the_finished_chunks_are_kept(self, stateful, edited_line, after_batches, where):
+        path = self.write_input(self.LINES)
+        output = str(self.TEST_DIR / "out.hdf5")
+        embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
+        edit_during_run(embedder, after_batches, lambda: self.replace_line(path, edited_line, "other words here " * 100))
+        with pytest.raises(ConfigurationError, match=rf"input.txt changed during the run \({where} differ"):
+            embedder.embed_file(path, output, chunk_size=10, batch_size=10)
+        assert not os.path.exists(output)
+        assert any(name.startswith("chunk_") for name in os.listdir(output + ".partial"))
+        # Resuming with the changed text is refused too; restoring it finishes the run.
+        with pytest.raises(ConfigurationError, match="input.txt has changed since the interrupted run"):
+            ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful).embed_file(
+                path, output, chunk_size=10, batch_size=10, resume=True)
+        self.replace_line(path, edited_line, self.LINES[edited_line])
+        fresh = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)
+        fresh.embed_file(path, output, chunk_size=10, batch_size=10, resume=True)
+        expected = read_hdf5(self.embed(path, "uninterrupted.hdf5", chunk_size=10, batch_size=10,
+                                        embedder=ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=stateful)))
+        actual = read_hdf5(output)
+        assert set(actual) == set(expected)
+        for key in expected:
+            numpy.testing.assert_array_equal(actual[key], expected[key], err_msg=key)
+
+
+class TestLeftoversAndInputsThatAreNotFiles(EmbedFileTestCase):
+    def test_a_merge_killed_midway_leaves_nothing_after_the_next_run(self):
+        path = self.write_input(SENTENCES)
+        output = self.TEST_DIR / "out.hdf5"
+        # What a run killed while merging (into OUTPUT, and into a shard) leaves beside OUTPUT.
+        leftovers = [self.TEST_DIR / ".out.hdf5.k2j4x9aa.hdf5.merging", self.TEST_DIR / ".out-00001.hdf5.q8w1z0bb.hdf5.merging"]
+        unrelated = self.TEST_DIR / ".other.hdf5.k2j4x9aa.hdf5.merging"
+        for leftover in leftovers + [unrelated]:
+            leftover.write_bytes(b"half a merge")
+        self.embedder.embed_file(path, str(output), resume=True)
+        assert not any(leftover.exists() for leftover in leftovers)
+        assert unrelated.exists()  # another output's: not ours to remove
+        assert read_hdf5(output)["0"].shape[1] == len(SENTENCES[0].split())
+
+    @pytest.mark.parametrize("kind, message", [
+        ("fifo", "is a pipe or a device, not a regular file: allennlp elmo reads its input several times"),
+        ("dash", "- is standard input: allennlp elmo reads its input several times"),
+        ("directory", "is a directory; give a text file with one sentence per line"),
+        ("missing", "does not exist"),
+    ])
+    def test_an_input_that_is_not_a_file_says_what_it_is(self, kind, message):
+        if kind == "fifo":
+            path = str(self.TEST_DIR / "fifo")
+            os.mkfifo(path)
+        elif kind == "dash":
+            path = "-"
+        elif kind == "directory":
+            path = str(self.TEST_DIR)
+        else:
+            path = str(self.TEST_DIR / "missing.txt")
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            self.embedder.embed_file(path, str(self.TEST_DIR / "out.hdf5"))
+        assert not os.path.exists(self.TEST_DIR / "out.hdf5.partial")
