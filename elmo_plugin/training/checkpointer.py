@@ -3,9 +3,12 @@ AllenNLP's checkpointer, writing each checkpoint file so that it appears only co
 """
 import errno
 import io
-from typing import Any, BinaryIO, Optional
+import os
+from typing import Any, BinaryIO, Optional, Union
 
+import filelock
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import Trainer
 from overrides import overrides
@@ -23,7 +26,18 @@ class AtomicCheckpointer(Checkpointer):
     is written to a temporary name, flushed to the disk and renamed (`atomic_output_path`), the
     model state last, since its name is what marks a checkpoint as there. A failed write leaves
     the previous checkpoint as the latest and says what happened.
+
+    One trainer per serialization directory: the (first) process holds `.trainer.lock` there
+    from the checkpointer's construction to its exit (the system releases it on any exit), so
+    a second `allennlp train --recover` into a directory in use stops before its first step
+    instead of both writing `best.th`.
     """
+
+    def __init__(self, serialization_dir: Union[str, os.PathLike], **kwargs) -> None:
+        super().__init__(serialization_dir, **kwargs)
+        self._trainer_lock: Optional[filelock.FileLock] = None
+        if self._rank == 0:
+            self._trainer_lock = _hold_trainer_lock(str(serialization_dir))
 
     @overrides
     def save_checkpoint(self, trainer: Trainer) -> None:
@@ -38,6 +52,25 @@ class AtomicCheckpointer(Checkpointer):
         # AllenNLP's own method finds both files there and keeps only its bookkeeping:
         # when it saved last, and removing the checkpoints it does not keep.
         super().save_checkpoint(trainer)
+
+
+TRAINER_LOCK_NAME = ".trainer.lock"
+
+
+def _hold_trainer_lock(serialization_dir: str) -> filelock.FileLock:
+    lock_path = os.path.join(serialization_dir, TRAINER_LOCK_NAME)
+    # One lock object per path in a process (filelock's singletons): training again into the
+    # same directory from the same process (a notebook, a test) is not another trainer.
+    lock = filelock.FileLock(lock_path, is_singleton=True)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise ConfigurationError(
+            f"Another process is training into {serialization_dir} (it holds {lock_path}): two "
+            "trainers in one serialization directory overwrite each other's checkpoints. Wait for "
+            "it to finish (then --recover), or train into another directory (-s)."
+        ) from None
+    return lock
 
 
 class _RecordingWriter(io.RawIOBase):

@@ -126,3 +126,30 @@ def test_full_disk_then_kill_while_writing_checkpoints_then_recover(tmp_path, un
 
     recover(serialization_dir)
     assert_same_outcome(serialization_dir, uninterrupted)
+
+
+def test_a_second_trainer_on_a_directory_in_use_stops_before_its_first_step(tmp_path):
+    # A run stopped midway; while another process holds the directory's trainer lock (as a
+    # running trainer does), `--recover` into it is refused before it trains.
+    serialization_dir = tmp_path / "in_use"
+    assert train_in_subprocess(serialization_dir, "kill:1:7").returncode == -9
+    before = checkpoint_files(serialization_dir)
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time, elmo_plugin; from elmo_plugin.training.checkpointer import AtomicCheckpointer; "
+         "checkpointer = AtomicCheckpointer(sys.argv[1]); print('holding', flush=True); time.sleep(600)",
+         str(serialization_dir)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        second = train_in_subprocess(serialization_dir, "", recover=True)
+        assert second.returncode == 1
+        message = second.stderr.strip().splitlines()[-1]
+        assert f"Another process is training into {serialization_dir}" in message, second.stderr[-3000:]
+        assert checkpoint_files(serialization_dir) == before and not (serialization_dir / "metrics.json").exists()
+    finally:
+        holder.kill()  # any exit releases the lock
+        holder.wait()
+    recover(serialization_dir)  # the directory is free again
+    assert (serialization_dir / "metrics.json").exists()
