@@ -18,6 +18,7 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer
 from allennlp.data.tokenizers import Token, Tokenizer, WhitespaceTokenizer
 from overrides import overrides
 
+from elmo_plugin.common.text_files import without_bom
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper
 from elmo_plugin.data.token_indexer import ElmoTokenCharactersIndexer
 
@@ -178,7 +179,7 @@ class BiLmCorpusReader(DatasetReader):
         with open(path, "rb") as handle:
             for line_number, raw_line in enumerate(handle, start=1):
                 try:
-                    line = raw_line.decode("utf-8").strip()
+                    line = (without_bom(raw_line) if line_number == 1 else raw_line).decode("utf-8").strip()
                 except UnicodeDecodeError as error:
                     raise ConfigurationError(
                         f"elmo_bilm_corpus: {path}, line {line_number} is not valid UTF-8 "

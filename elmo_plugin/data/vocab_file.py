@@ -8,6 +8,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 
 from elmo_plugin.common.atomic_file import write_text_atomically
+from elmo_plugin.common.text_files import TEXT_ENCODING
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS
 
 # What bilm-tf, the NLPL models and our exports call the file beside the weights.
@@ -26,7 +27,7 @@ def read_bilm_vocab_file(vocab_file: str, require_special_tokens: bool = True) -
         raise ConfigurationError(f"biLM vocab file {vocab_file} not found.") from error
     words: List[str] = []
     first_line: Dict[str, int] = {}
-    with open(local_path, encoding="utf-8") as handle:
+    with open(local_path, encoding=TEXT_ENCODING) as handle:
         for line_number, line in enumerate(handle, start=1):
             fields = line.split()
             if not fields:

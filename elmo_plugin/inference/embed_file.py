@@ -46,6 +46,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.common.tqdm import Tqdm
 
 from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.common.text_files import without_bom
 from elmo_plugin.inference import workers
 from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.hdf5_output import (
@@ -492,7 +493,7 @@ def _sentence_of(raw_line: bytes) -> str:
 def _iterate_lines(input_path: str) -> Iterator[Tuple[int, bytes]]:
     with open(input_path, "rb") as handle:
         for index, raw_line in enumerate(handle):
-            yield index, raw_line
+            yield index, without_bom(raw_line) if index == 0 else raw_line
 
 
 def _format_lines(line_numbers: List[int]) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.common.atomic_file import write_text_atomically
+from elmo_plugin.common.text_files import TEXT_ENCODING
 from elmo_plugin.weights.files import resolve_elmo_file
 
 # ELMo's character vocabulary is fixed: 256 UTF-8 byte values and 5 special characters
@@ -144,7 +145,7 @@ class ElmoOptions:
     def from_local_file(cls, path: str, source: str) -> "ElmoOptions":
         """Reads an options JSON at a local `path`; errors name `source` (what the user gave)."""
         try:
-            with open(path, "r", encoding="utf-8") as options_handle:
+            with open(path, "r", encoding=TEXT_ENCODING) as options_handle:
                 raw = json.load(options_handle)
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ConfigurationError(f"ELMo options file {source} is not valid JSON: {error}") from error

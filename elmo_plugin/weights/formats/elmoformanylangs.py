@@ -22,6 +22,7 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.common.text_files import TEXT_ENCODING
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats.base import BiLmWeights, ModelFiles, WeightFormat
 from elmo_plugin.weights.options import ELMOFORMANYLANGS_CHARACTERS, ElmoOptions
@@ -108,7 +109,7 @@ def _architecture(directory: str, source: str) -> Tuple[Dict[str, Any], str]:
     """The architecture JSON `config.json` names, and the name to use in messages."""
     config_path = os.path.join(directory, CONFIG_NAME)
     try:
-        with open(config_path, encoding="utf-8") as handle:
+        with open(config_path, encoding=TEXT_ENCODING) as handle:
             config = json.load(handle)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ConfigurationError(f"{source}: {CONFIG_NAME} is not valid JSON: {error}") from error
@@ -121,7 +122,7 @@ def _architecture(directory: str, source: str) -> Tuple[Dict[str, Any], str]:
     for candidate in (os.path.join(directory, named), os.path.join(directory, os.path.basename(named))):
         if os.path.isfile(candidate):
             try:
-                with open(candidate, encoding="utf-8") as handle:
+                with open(candidate, encoding=TEXT_ENCODING) as handle:
                     return json.load(handle), os.path.basename(candidate)
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 raise ConfigurationError(f"{source}: {os.path.basename(candidate)} is not valid JSON: {error}") from error
@@ -172,7 +173,7 @@ def _read_vocabulary(path: str, source: str) -> List[str]:
     if not os.path.isfile(path):
         raise ConfigurationError(f"{source} is missing; the model's architecture needs it.")
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding=TEXT_ENCODING, newline="") as handle:
             lines = handle.read().splitlines()
     except UnicodeDecodeError as error:
         raise ConfigurationError(f"{source} is not UTF-8 text: {error}") from error
@@ -181,11 +182,12 @@ def _read_vocabulary(path: str, source: str) -> List[str]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].isdigit():
+        entry_id = _integer(fields[1]) if len(fields) == 2 else None
+        if entry_id is None:
             raise ConfigurationError(
                 f"{source}, line {line_number}: expected 'entry<TAB>id' with an integer id, got {line!r}."
             )
-        ids[fields[0]] = (int(fields[1]), line_number)
+        ids[fields[0]] = (entry_id, line_number)
     by_id: Dict[int, Tuple[str, int]] = {}
     for entry, (entry_id, line_number) in ids.items():
         if entry_id in by_id:
@@ -202,6 +204,11 @@ def _read_vocabulary(path: str, source: str) -> List[str]:
             f"(no entry has id {missing[0]})."
         )
     return [by_id[entry_id][0] for entry_id in range(len(by_id))]
+
+
+def _integer(text: str) -> Optional[int]:
+    """`text` as a non-negative integer in ASCII digits (`str.isdigit` also accepts '²')."""
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _load_state_dict(directory: str, name: str, source: str) -> Mapping[str, torch.Tensor]:

@@ -72,6 +72,8 @@ def test_a_line_with_only_an_id_is_u3000_as_in_elmoformanylangs(model):
     ("a\tb\t3\n", r"char.dic, line {n}: expected 'entry<TAB>id'"),
     ("\n", r"char.dic, line {n}: expected 'entry<TAB>id'"),
     ("zz\t3\n", r"char.dic, line {n}: id 3 is already the id of 'd' \(line 4\)"),
+    ("zz\t\u00b2\n", r"char.dic, line {n}: expected 'entry<TAB>id' with an integer id"),  # '²'.isdigit()
+    ("zz\t-1\n", r"char.dic, line {n}: expected 'entry<TAB>id' with an integer id"),
 ])
 def test_malformed_dictionary_lines_are_named(model, line, message):
     line_number = entries(model) + 1
@@ -156,3 +158,12 @@ def test_the_published_models_name_a_packaged_architecture(tmp_path):
     architecture, name = _architecture(str(tmp_path), "zhs.model")
     assert architecture is PACKAGED_ARCHITECTURES["cnn_50_100_512_4096_sample.json"]
     assert name == "cnn_50_100_512_4096_sample.json" and architecture["encoder"]["dim"] == 4096
+
+
+@pytest.mark.parametrize("name", ["char.dic", "word.dic"])
+def test_a_byte_order_mark_is_not_part_of_the_first_entry(pristine, model, name):
+    (model / name).write_bytes(b"\xef\xbb\xbf" + (model / name).read_bytes())
+    expected = read_bilm_weights(None, str(pristine)).arrays
+    actual = read_bilm_weights(None, str(model)).arrays
+    for vocabulary in ("char_vocabulary", "word_vocabulary"):
+        assert list(actual[vocabulary]) == list(expected[vocabulary])
