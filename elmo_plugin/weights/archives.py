@@ -1,15 +1,18 @@
 """
 Model archives (the NLPL repository's zips, tarballs): checked member by member, then
-extracted once into the cache directory by `cached_path` (which extracts into a temporary
-directory and renames it into place, so a failed extraction leaves nothing that looks done).
+extracted once into AllenNLP's cache directory, under a digest of the archive's bytes (into a
+temporary directory renamed into place, so a failed extraction leaves nothing that looks done).
 
 Refused, with the archive and the member named: a member whose name would land outside the
 extraction directory (absolute, `..`), links and device files, an archive that expands far
 beyond its own size, and an archive that cannot be read (truncated, damaged).
 """
+import hashlib
 import os
 import re
+import shutil
 import tarfile
+import tempfile
 import zipfile
 from typing import Iterator, Tuple
 
@@ -37,15 +40,43 @@ def _is_tar(path: str) -> bool:
 def extracted_archive(path: str, source: str) -> str:
     """
     The directory the archive at the local `path` (given by the user as `source`) extracts to,
-    in the cache directory; checked before anything is written.
+    in the cache directory; checked before anything is written. The directory is named by a
+    digest of the archive's bytes, so an archive replaced under the same name (even with the
+    same modification time, `cp -p`) is never read as the old one.
     """
     check_archive(path, source)
+    target = os.path.join(file_utils.CACHE_DIRECTORY, f"{_sha256(path)}-extracted")
+    if os.path.isdir(target):
+        return target
+    os.makedirs(file_utils.CACHE_DIRECTORY, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".extracting-", dir=file_utils.CACHE_DIRECTORY)
     try:
-        return str(file_utils.cached_path(path, extract_archive=True))
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(staging)
+        else:
+            with tarfile.open(path) as archive:
+                archive.extractall(staging, filter="data")
+        try:
+            os.rename(staging, target)  # appears complete, or not at all
+        except OSError:
+            if not os.path.isdir(target):  # not another process's extraction, finished first
+                raise
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as error:
         raise ConfigurationError(
             f"The model archive {source} cannot be extracted (damaged or truncated?): {error}"
         ) from error
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def check_archive(path: str, source: str) -> None:

@@ -50,13 +50,15 @@ def resolve_elmo_file(path_or_url: str, description: str) -> str:
                 f"Cannot download the {description} {path_or_url}: {error}. Check the URL or "
                 f"download the file yourself and pass its local path."
             ) from error
-    elif scheme in ("", "file") and not os.path.exists(path_or_url.replace("file://", "", 1)):
-        raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
+    elif scheme in ("", "file"):
+        local_path = path_or_url.replace("file://", "", 1)
+        if not os.path.exists(local_path):
+            raise ConfigurationError(f"The {description} {path_or_url} does not exist.")
+        # Not through cached_path: it reads '!' in a path as its archive-member separator.
+        return local_path
     try:
         return str(file_utils.cached_path(path_or_url))
     except Exception as error:  # each remote store (s3, gs, hf) raises its client library's errors
-        if scheme in ("", "file"):
-            raise
         raise ConfigurationError(
             f"Cannot download the {description} {path_or_url}: {type(error).__name__}: {error}. "
             f"Check the URL and your {scheme}:// credentials and network, or download the file "

@@ -9,6 +9,7 @@ import shutil
 import tarfile
 import zipfile
 
+import numpy
 import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -147,6 +148,7 @@ def test_directories_that_hold_no_model_or_two_say_what_they_hold(tmp_path):
 
 
 def model_sources(tmp_path):
+    tmp_path.mkdir(exist_ok=True)
     """The fixture biLM as a model directory, a zip and a tarball."""
     directory = tmp_path / "model_dir"
     directory.mkdir()
@@ -230,3 +232,42 @@ def test_weights_without_options_are_refused_in_one_line(tmp_path, layout):
     message = str(raised.value)
     assert "\n" not in message
     assert str(source) in message and "--options-file" in message and "options.json" in message
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_an_archive_replaced_with_the_same_name_and_time_is_read_anew(tmp_path, cache_directory, kind):
+    # `cp -p` of another model over the archive: same path, same modification time.
+    first = model_sources(tmp_path / "first")  # directory, zip, tarball of the fixture
+    path = tmp_path / f"model.{kind}"
+    shutil.copy2(first[1] if kind == "zip" else first[2], path)
+    before = ElmoBiLm(None, str(path)).weight_arrays()
+    stamp = os.stat(path).st_mtime_ns
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(ELMO_OPTIONS_FILE, other / "options.json")
+    shutil.copy(ELMO_WEIGHT_FILE, other / "weights.hdf5")
+    import h5py
+
+    with h5py.File(other / "weights.hdf5", "r+") as handle:
+        handle["CNN_proj/b_proj"][...] = handle["CNN_proj/b_proj"][...] + 1.0
+    if kind == "zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            for name in ("options.json", "weights.hdf5"):
+                archive.write(other / name, f"model/{name}")
+    else:
+        with tarfile.open(path, "w:gz") as archive:
+            archive.add(other, "model")
+    os.utime(path, ns=(stamp, stamp))
+    after = ElmoBiLm(None, str(path)).weight_arrays()
+    assert numpy.allclose(after["CNN_proj/b_proj"], before["CNN_proj/b_proj"] + 1.0)
+
+
+def test_a_path_with_an_exclamation_mark(tmp_path, cache_directory, reference):
+    directory = tmp_path / "models!v2"
+    directory.mkdir()
+    path = nlpl_zip(directory / "model!.zip")
+    assert_is_the_fixture(ElmoBiLm(None, path, stateful=False), reference)
+    plain = directory / "options.json"
+    shutil.copy(ELMO_OPTIONS_FILE, plain)
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights!.hdf5")
+    assert_is_the_fixture(ElmoBiLm(str(plain), str(directory / "weights!.hdf5"), stateful=False), reference)
