@@ -41,7 +41,16 @@ def export_bilm(
     _refuse_to_overwrite(output_directory, overwrite)
     if not os.path.exists(archive):
         raise ConfigurationError(f"elmo-export: no such archive or directory: {archive}")
-    model = load_archive(archive).model
+    try:
+        model = load_archive(archive).model
+    except ConfigurationError:
+        raise
+    except Exception as error:  # torch, tarfile and pickle each raise their own on a damaged file
+        damaged = os.path.join(archive, "best.th") if os.path.isdir(archive) else archive
+        raise ConfigurationError(
+            f"elmo-export: cannot load the model of {archive}: {damaged} is damaged or truncated "
+            f"({type(error).__name__}: {error}). Export from an intact archive or directory."
+        ) from error
     if not isinstance(model, ElmoBiLmModel):
         raise ConfigurationError(
             f"elmo-export: {archive} holds a {type(model).__name__}, not an elmo_bilm model."

@@ -1,3 +1,4 @@
+import shutil
 import subprocess
 import sys
 
@@ -80,3 +81,15 @@ def test_elmo_export_command_line(trained_tiny_bilm, tmp_path):
     assert sorted(p.name for p in output_directory.iterdir()) == [
         "options.json", "vocab.txt", "weights.hdf5"
     ]
+
+
+@pytest.mark.parametrize("damaged", ["best.th", "model.tar.gz"])
+def test_a_truncated_model_file_is_named(trained_tiny_bilm, tmp_path, damaged):
+    copy = tmp_path / "serialization"
+    shutil.copytree(trained_tiny_bilm, copy)
+    path = copy / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    source = copy if damaged == "best.th" else path
+    with pytest.raises(ConfigurationError, match=f"cannot load the model of {source}: {path} is damaged or truncated"):
+        export_bilm(str(source), str(tmp_path / "elmo"))
+    assert not (tmp_path / "elmo").exists()
