@@ -107,11 +107,20 @@ def whole_token_ids(batch: List[List[str]]) -> torch.Tensor:
     return character_ids
 
 
+class SentenceBoundary(str):
+    """`<S>` or `</S>` read from the sentence-boundary character ids, as opposed to the same
+    text written in a sentence (equal to it as a string)."""
+
+
+SENTENCE_START, SENTENCE_END = SentenceBoundary(BOS_TOKEN), SentenceBoundary(EOS_TOKEN)
+
+
 def tokens_of_ids(character_ids: torch.Tensor) -> List[Optional[str]]:
     """
     The inverse of the mapping for rows of character ids `(num_tokens, width)`, any width: the
     token's text (its UTF-8 bytes between the word markers; a token cut at 48 bytes inside a
-    character loses that character), `<S>` and `</S>` for the sentence boundaries, `None` for
+    character loses that character), `SENTENCE_START` and `SENTENCE_END` for the sentence
+    boundaries (`isinstance(token, SentenceBoundary)` tells them from text), `None` for
     padded positions (all zeros). A character id that is no byte (`tokens_to_add`) reads as
     U+FFFD.
     """
@@ -120,7 +129,7 @@ def tokens_of_ids(character_ids: torch.Tensor) -> List[Optional[str]]:
         if row[0] == -1:
             tokens.append(None)
         elif row[1] in (BEGINNING_OF_SENTENCE_CHARACTER, END_OF_SENTENCE_CHARACTER) and row[2] == END_OF_WORD_CHARACTER:
-            tokens.append(BOS_TOKEN if row[1] == BEGINNING_OF_SENTENCE_CHARACTER else EOS_TOKEN)
+            tokens.append(SENTENCE_START if row[1] == BEGINNING_OF_SENTENCE_CHARACTER else SENTENCE_END)
         else:
             end = row.index(END_OF_WORD_CHARACTER, 1) if END_OF_WORD_CHARACTER in row[1:] else len(row)
             text = bytearray()

@@ -15,7 +15,8 @@ from typing import Optional, Sequence, Tuple
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.special_tokens import BOS_TOKEN, EOS_TOKEN
+from elmo_plugin.data.character_mapper import SentenceBoundary
+from elmo_plugin.data.special_tokens import BOS_TOKEN
 
 BOS, EOS, BOW, EOW, OOV, PAD = "<bos>", "<eos>", "<bow>", "<eow>", "<oov>", "<pad>"
 SPECIAL_CHARACTERS = (BOS, EOS, BOW, EOW, OOV, PAD)
@@ -48,8 +49,9 @@ class ManyLangsTokenMapper:
     def ids(self, tokens: Sequence[Optional[str]]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """
         Character ids `(len(tokens), width)` and word ids `(len(tokens),)` (`None` without
-        word vectors). ELMo's `<S>` and `</S>` are ELMoForManyLangs' `<bos>` and `<eos>`; a
-        `None` token (padding) is all `<pad>`.
+        word vectors). ELMo's sentence boundaries (`SentenceBoundary`) are ELMoForManyLangs'
+        `<bos>` and `<eos>`, and the text `<S>` or `</S>` in a sentence is read as characters,
+        as its code reads it; a `None` token (padding) is all `<pad>`.
         """
         pad = self._characters[PAD]
         character_ids = torch.full((len(tokens), self.width), pad, dtype=torch.long)
@@ -57,7 +59,8 @@ class ManyLangsTokenMapper:
         for row, token in enumerate(tokens):
             if token is None:
                 continue
-            token = {BOS_TOKEN: BOS, EOS_TOKEN: EOS}.get(token, token)
+            if isinstance(token, SentenceBoundary):
+                token = BOS if token == BOS_TOKEN else EOS
             if token in (BOS, EOS):
                 characters = [self._characters[token]]
             else:

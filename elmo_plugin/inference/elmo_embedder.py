@@ -197,8 +197,9 @@ class ElmoEmbedder:
         those straight into the output).
         """
         _check_tokenized(batch)
-        if not any(batch):  # nothing to read (and no state to carry)
-            for row in range(len(batch)):
+        token_layer = self.elmo_bilm.token_embedder
+        if not any(batch) and not (self.stateful and getattr(token_layer, "empty_sentences_advance_state", False)):
+            for row in range(len(batch)):  # nothing to read, and no state to carry
                 writer.whole(row, self.empty_embedding())
             return
         groups, long_rows = rows_within_token_budget([len(sentence) for sentence in batch], self.max_tokens_per_batch)

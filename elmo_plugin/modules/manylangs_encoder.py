@@ -72,6 +72,10 @@ class ElmoForManyLangsEncoder(ElmoCharacterEncoder):
             self.word_embedding.weight.requires_grad = requires_grad
         self._warned_about_cut_tokens = False
 
+    # ELMoForManyLangs' carried state reads `<bos> <eos>` for an empty sentence, even when a
+    # whole batch is empty (ELMo's embedders skip an all-empty batch).
+    empty_sentences_advance_state = True
+
     def character_ids(self, batch: List[List[str]]) -> torch.Tensor:
         """Character ids that keep every token whole (see the class docstring)."""
         return whole_token_ids(batch)

@@ -163,3 +163,18 @@ def test_fine_tuning_starts_from_the_model_and_exports_it_in_our_layout(tmp_path
     with torch.no_grad():
         for ours, theirs in zip(exported(ids)["activations"], bilm(ids)["activations"]):
             assert (ours - theirs).abs().max() <= 1e-9
+
+
+def test_carried_state_through_literal_boundaries_and_an_all_empty_batch_equals_theirs(model_directory):
+    # Their code reads the text <S> and </S> as characters (only its own <bos>/<eos> are
+    # boundaries), and reads <bos> <eos> for every empty sentence, even in an all-empty batch.
+    theirs = their_embedder(model_directory)
+    ours = ElmoEmbedder(weight_file=model_directory, stateful=True)
+    batches = [[["<S>", "cat", "</S>"], ["a", "</S>", "b"]], [[], []], [["the", "<S>"], ["x"]]]
+    for batch in batches:
+        expected = theirs.sents2elmo(batch, output_layer=-2)
+        order = in_their_order(batch)
+        layers = ours.embed_batch([batch[i] for i in order])
+        for row, index in enumerate(order):
+            assert layers[row].shape == expected[index].shape
+            numpy.testing.assert_allclose(layers[row], expected[index], rtol=0, atol=TOLERANCE, err_msg=str(batch))
