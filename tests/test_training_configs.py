@@ -142,3 +142,30 @@ class TestTaskConfigs(AllenNlpTestCase):
         with mock.patch.dict(os.environ, dict(without_elmo_variables(), **environment), clear=True):
             with pytest.raises(RuntimeError, match="undefined external variable: NER_VALIDATION_DATA_PATH"):
                 Params.from_file(str(CONFIGS / "ner_elmo.jsonnet"))
+
+
+ALL_CONFIGS = sorted(str(path.relative_to(CONFIGS)) for path in CONFIGS.rglob("*.jsonnet"))
+EXTERNAL_VARIABLES = dict(
+    {f"{prefix}_{kind}_DATA_PATH": "data.txt" for prefix, _, _ in TASK_CONFIGS.values() for kind in ("TRAIN", "VALIDATION")},
+    ELMO_OPTIONS_FILE="options.json", ELMO_WEIGHT_FILE="weights.hdf5", ELMO_DIM="32",
+    DEMO_TAGGING_TRAIN="train.txt", DEMO_TAGGING_DEV="dev.txt", DEMO_ELMO_OPTIONS="o.json", DEMO_ELMO_WEIGHTS="w.hdf5",
+)
+
+
+@pytest.mark.parametrize("config", ALL_CONFIGS)
+def test_no_config_logs_the_first_batchs_tensors(config):
+    # AllenNLP's default console logger prints the first batch's inputs: ELMo's character ids.
+    trainer = Params.from_file(str(CONFIGS / config), ext_vars=EXTERNAL_VARIABLES).as_dict()["trainer"]
+    assert trainer["enable_default_callbacks"] is False, config
+    loggers = [callback for callback in trainer["callbacks"] if callback["type"] == "console_logger"]
+    assert loggers == [{"type": "console_logger", "should_log_inputs": False}], config
+
+
+def test_bilm_training_does_not_log_character_ids(tmp_path, caplog):
+    from tests.helpers import BILM_CONFIGS, bilm_data_overrides
+
+    with caplog.at_level("INFO"):
+        train_model_from_file(str(BILM_CONFIGS / "tiny.jsonnet"), str(tmp_path / "bilm"),
+                              overrides=bilm_data_overrides(**{"trainer.num_epochs": 1}))
+    assert (tmp_path / "bilm" / "metrics.json").exists()
+    assert "Batch inputs" not in caplog.text and "batch_input" not in caplog.text

@@ -11,6 +11,7 @@ from allennlp.common import logging as common_logging
 from allennlp.common.util import SigTermReceived
 from overrides import overrides
 
+from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
 from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
 from elmo_plugin.inference.embed_file import DEFAULT_CHUNK_SIZE
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
@@ -82,7 +83,8 @@ class ElmoCommand(Subcommand):
                                "500M) beside the output, which links to them and reads as one file")
         subparser.add_argument("--file-friendly-logging", action="store_true",
                                help="progress suited to log files rather than terminals")
-        subparser.set_defaults(func=elmo_command)
+        add_verbose_argument(subparser)
+        subparser.set_defaults(func=one_line_errors(elmo_command))
         return subparser
 
 

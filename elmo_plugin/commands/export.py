@@ -10,6 +10,7 @@ import argparse
 from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
+from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
 from elmo_plugin.data.vocab_file import VOCAB_FILE_NAME
 from elmo_plugin.models.export import export_bilm
 from elmo_plugin.weights.formats.published import OPTIONS_NAME, WEIGHTS_NAME
@@ -37,7 +38,8 @@ class ElmoExportCommand(Subcommand):
             help="also write the trained softmax and its words into the weight file (for "
             "fine-tuning from it; ELMo users do not need it, and it can be large)",
         )
-        subparser.set_defaults(func=_export_command)
+        add_verbose_argument(subparser)
+        subparser.set_defaults(func=one_line_errors(_export_command))
         return subparser
 
 

@@ -12,6 +12,7 @@ import argparse
 from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
+from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
 from elmo_plugin.weights.conversion import convert_bilm
 
 
@@ -34,7 +35,8 @@ class ElmoImportCommand(Subcommand):
                                help="the vocabulary a checkpoint was trained with: its softmax is "
                                "then written too (and vocab.txt), for fine-tuning to start from it")
         subparser.add_argument("--overwrite", action="store_true", help="replace files already there")
-        subparser.set_defaults(func=_import_command)
+        add_verbose_argument(subparser)
+        subparser.set_defaults(func=one_line_errors(_import_command))
         return subparser
 
 

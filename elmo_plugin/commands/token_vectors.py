@@ -9,6 +9,7 @@ import argparse
 from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
+from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
 from elmo_plugin.inference.token_vector_file import write_token_vectors
 
 
@@ -31,7 +32,8 @@ class ElmoTokenVectorsCommand(Subcommand):
                                help="biLM weights, or a model directory or archive")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument("--overwrite", action="store_true", help="replace existing files")
-        subparser.set_defaults(func=_token_vectors_command)
+        add_verbose_argument(subparser)
+        subparser.set_defaults(func=one_line_errors(_token_vectors_command))
         return subparser
 
 

@@ -55,7 +55,7 @@ local character_dim = 128;
       regularizer: elmo.regularizer,
     },
     data_loader: { batch_size: 64, shuffle: true },
-    trainer: {
+    trainer: elmo.trainer_logging + {
       optimizer: { type: 'adam', lr: 0.001 },
       validation_metric: '+f1-measure-overall',
       num_epochs: 75,

@@ -27,6 +27,13 @@
     requires_grad: requires_grad,
   },
 
+  // A trainer's logging: AllenNLP's console logger, without its dump of the first batch's
+  // input tensors (ELMo's character ids, thousands of numbers), in place of the default one.
+  trainer_logging: {
+    enable_default_callbacks: false,
+    callbacks: [{ type: 'console_logger', should_log_inputs: false }],
+  },
+
   // A model's `regularizer`: L2 on the scalar-mix weights only (their names end in
   // `scalar_parameters.<layer>`).
   regularizer: {

@@ -58,7 +58,7 @@ local character_dim = 64;
     regularizer: elmo.regularizer,
   },
   data_loader: { batch_size: 32, shuffle: true },
-  trainer: {
+  trainer: elmo.trainer_logging + {
     optimizer: { type: 'adam', lr: 0.001 },
     validation_metric: '+accuracy',
     num_epochs: 40,

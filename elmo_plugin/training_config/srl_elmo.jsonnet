@@ -43,7 +43,7 @@ local verb_indicator_dim = 100;
   data_loader: {
     batch_sampler: { type: 'bucket', batch_size: 80 },
   },
-  trainer: {
+  trainer: elmo.trainer_logging + {
     num_epochs: 500,
     grad_clipping: 1.0,
     patience: 200,

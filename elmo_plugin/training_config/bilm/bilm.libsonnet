@@ -75,7 +75,9 @@
       num_epochs: num_epochs,
       validation_metric: '-perplexity',
       checkpointer: { type: 'atomic', save_every_num_seconds: checkpoint_every_seconds },
-      callbacks: [{ type: 'elmo_bilm' }],
+      // AllenNLP's console logger without its dump of the first batch's character ids.
+      enable_default_callbacks: false,
+      callbacks: [{ type: 'console_logger', should_log_inputs: false }, { type: 'elmo_bilm' }],
     },
   },
 }

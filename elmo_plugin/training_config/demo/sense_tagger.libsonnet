@@ -30,6 +30,9 @@ local word_dim = 16;
     },
     data_loader: { batch_size: 16, shuffle: true },
     trainer: {
+      // AllenNLP's console logger without its dump of the first batch's character ids.
+      enable_default_callbacks: false,
+      callbacks: [{ type: 'console_logger', should_log_inputs: false }],
       num_epochs: 10,
       optimizer: { type: 'adam', lr: 0.01 },
       validation_metric: '+f1-measure-overall',
