@@ -6,6 +6,8 @@ writer, recovery) are rerun by the tests RELIABILITY.md names.
 
     python benchmarks/reliability.py            # a Markdown table, one row per case
 """
+import contextlib
+import io
 import json
 import logging
 import shutil
@@ -93,6 +95,17 @@ def other_model(directory: Path) -> None:
     write_random_elmo(directory, json.loads(Path(ELMO_OPTIONS_FILE).read_text()), seed=3)
 
 
+def nan_in_weights(directory: Path) -> None:
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights.hdf5")
+    with h5py.File(directory / "weights.hdf5", "r+") as handle:
+        handle["RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0"][3, 5] = float("nan")
+
+
+def copies_of_the_model(directory: Path) -> None:
+    shutil.copy(ELMO_OPTIONS_FILE, directory / "options.json")
+    shutil.copy(ELMO_WEIGHT_FILE, directory / "weights.hdf5")
+
+
 def main_argv(argv: List[str]) -> None:
     sys.argv = ["allennlp", *argv]
     main(prog="allennlp")
@@ -135,6 +148,17 @@ CASES = [
          "--resume", "--batch-size", "1", "--chunk-size", "1"], both(GOOD, interrupted_run, other_model)),
     Case("--resume with a finished chunk emptied", EMBED + FIXTURE + ["--resume", "--batch-size", "1", "--chunk-size", "1"],
          both(GOOD, interrupted_run, empty_first_chunk)),
+    Case("options without weights", EMBED + ["--options-file", ELMO_OPTIONS_FILE], GOOD),
+    Case("a NaN clip in the options", EMBED + ["--options-file", "{dir}/options.json", "--weight-file", ELMO_WEIGHT_FILE],
+         both(GOOD, options_with(lstm__cell_clip=float("nan")))),
+    Case("a NaN in the weights", EMBED + ["--options-file", ELMO_OPTIONS_FILE, "--weight-file", "{dir}/weights.hdf5"],
+         both(GOOD, nan_in_weights)),
+    Case("output over the weights, --overwrite", ["elmo", "{dir}/in.txt", "{dir}/weights.hdf5", "--all", "--overwrite",
+         "--options-file", "{dir}/options.json", "--weight-file", "{dir}/weights.hdf5"], both(GOOD, copies_of_the_model)),
+    Case("token vectors over the word list", ["elmo-token-vectors", "{dir}/in.txt", "{dir}/in", "--overwrite", *FIXTURE], GOOD),
+    Case("input is a directory", ["elmo", "{dir}", "{dir}/out.hdf5", "--all", *FIXTURE]),
+    Case("input is '-' (standard input)", ["elmo", "-", "{dir}/out.hdf5", "--all", *FIXTURE]),
+    Case("input starting with a UTF-8 byte-order mark", EMBED + FIXTURE, write("in.txt", b"\xef\xbb\xbfThe cat sat .\n")),
     Case("training streams that disagree with the validation reader's",
          train(**{"dataset_reader.num_streams": 2, "data_loader.batch_size": 2})),
     Case("AllenNLP's loader with a batch size that fits only the training reader",
@@ -162,13 +186,19 @@ def run(case: Case) -> str:
         case.setup(directory)
         argv = [a.replace("{dir}", str(directory)) for a in case.argv if not a.startswith("#")]
         logging.getLogger().addHandler(warnings)
+        handlers = list(logging.getLogger().handlers)
         try:
-            main_argv(argv)
+            # What the command prints besides its end (`allennlp train` logs to stdout) stays
+            # out of the table.
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                main_argv(argv)
             seen = "exit 0" + (" (output written)" if _has_output(directory) else "")
-        except SystemExit as exit:
-            seen = f"exit {exit.code}"
+        except SystemExit as exit:  # our commands' one-line errors, or an exit status
+            seen = exit.code if isinstance(exit.code, str) else f"exit {exit.code}"
         except BaseException as error:  # what the command line prints last
             seen = f"{type(error).__name__}: {error}"
+        finally:
+            logging.getLogger().handlers = handlers  # `allennlp train` adds its own
         seen += "".join(f"; warning: {message}" for message in warnings.messages)
         return _shown(seen.replace(str(directory), "DIR"))
     finally:
