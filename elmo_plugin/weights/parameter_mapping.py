@@ -12,6 +12,8 @@ from typing import Dict, Mapping, Protocol
 import numpy
 import torch
 
+from elmo_plugin.weights import layout
+
 Arrays = Dict[str, numpy.ndarray]
 
 
@@ -57,3 +59,32 @@ def copy_into_parameters(module: torch.nn.Module, values: Mapping[str, numpy.nda
                     f"{tuple(value.shape)}; the parameter has {tuple(parameter.shape)}"
                 )
             parameter.copy_(value)
+
+
+class TfForgetBias(torch.nn.Module):
+    """
+    A parametrization (`torch.nn.utils.parametrize`) of an LSTM cell's gate bias that stores it
+    as the published weight files do: without TF's forget bias of 1.0. The cell's effective
+    bias is the stored one plus 1.0 on the forget block, added in float32 exactly as the
+    loaders (AllenNLP's and ours) add it when they read a file. A bias trained this way is
+    written to a file unchanged and read back bit-identical; a bias trained with the 1.0
+    folded in could not be, since `b - 1.0` rounds to a coarser float32 grid than `b`.
+
+    # Parameters
+
+    cell_size : `int`
+        The cell's memory size; gates are in the order (input, forget, memory, output).
+    """
+
+    def __init__(self, cell_size: int) -> None:
+        super().__init__()
+        offset = torch.zeros(4 * cell_size, dtype=torch.float32)
+        offset[cell_size : 2 * cell_size] = layout.TF_FORGET_BIAS
+        self.register_buffer("offset", offset, persistent=False)
+
+    # In float32 whatever the module's dtype (`.double()` converts the offset buffer too).
+    def forward(self, stored_bias: torch.Tensor) -> torch.Tensor:
+        return (stored_bias.float() + self.offset.float()).to(stored_bias.dtype)
+
+    def right_inverse(self, effective_bias: torch.Tensor) -> torch.Tensor:
+        return (effective_bias.float() - self.offset.float()).to(effective_bias.dtype)

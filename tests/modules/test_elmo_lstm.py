@@ -5,7 +5,8 @@ import torch
 
 from elmo_plugin.kernels import threads
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
-from elmo_plugin.modules.elmo_lstm import ElmoLstm, LstmCellWithProjection
+from elmo_plugin.modules.elmo_lstm import ElmoLstm
+from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.weights.formats import read_bilm_weights
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
@@ -206,7 +207,7 @@ def _autograd_through_the_steps(cell, active_rows_at, dropout_mask, projected_in
 
 @pytest.mark.parametrize("go_forward", [True, False])
 def test_the_recorded_recurrence_has_autograds_gradients(monkeypatch, go_forward):
-    from elmo_plugin.modules import elmo_lstm
+    from elmo_plugin.modules import recorded_recurrence
 
     # Clipping that bites, recurrent dropout, rows of different lengths (one empty), an
     # initial state with gradients, and a loss on both the outputs and the final state.
@@ -226,7 +227,7 @@ def test_the_recorded_recurrence_has_autograds_gradients(monkeypatch, go_forward
                 parameter.mul_(3.0)
         with monkeypatch.context() as patch:
             if name == "autograd":
-                patch.setattr(elmo_lstm.RecordedRecurrence, "apply", _autograd_through_the_steps)
+                patch.setattr(recorded_recurrence.RecordedRecurrence, "apply", _autograd_through_the_steps)
             outputs, (state, memory) = cell(inputs, mask, initial)
         loss = sum((tensor * weight).sum() for tensor, weight in zip((outputs, state, memory), weights))
         tensors = [inputs, *initial, *cell.parameters()]

@@ -1,0 +1,142 @@
+"""
+The backward pass of an LSTM cell's steps, written out (`RecordedRecurrence`): where gradients
+are recorded (training), `LstmCellWithProjection.recurrence` runs without autograd, keeping what
+the backward pass reads (`StepValues`), and the backward computes the gate gradients of all
+steps into one tensor, then each weight's gradient as one product over all steps.
+"""
+from typing import List, NamedTuple, Optional, Tuple
+
+import numpy
+import torch
+from torch.autograd.function import once_differentiable
+
+# Autograd's own derivatives of sigmoid and tanh from their outputs, `gradient * y * (1 - y)`
+# and `gradient * (1 - y * y)`, one operation each; the `_into` forms write into a given tensor.
+_tanh_backward = torch.ops.aten.tanh_backward
+_tanh_backward_into = torch.ops.aten.tanh_backward.grad_input
+_sigmoid_backward_into = torch.ops.aten.sigmoid_backward.grad_input
+
+
+class StepValues(NamedTuple):
+    """What one step of `LstmCellWithProjection.recurrence` keeps for the backward pass."""
+
+    gates: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # i, f, tanh g, o
+    previous_memory: torch.Tensor  # (active rows, cell)
+    previous_state: torch.Tensor  # (active rows, hidden)
+    squashed_memory: torch.Tensor  # tanh(c)
+    output_memory: torch.Tensor  # o * tanh(c), the projection's input
+    memory_within_clip: Optional[torch.Tensor]  # bool, None without clipping
+    state_within_clip: Optional[torch.Tensor]
+
+
+class RecordedSteps:
+    """The steps' values, by position (the backward direction fills them from the end)."""
+
+    def __init__(self, timesteps: int) -> None:
+        self.steps: List[Optional[StepValues]] = [None] * timesteps
+
+
+class RecordedRecurrence(torch.autograd.Function):
+    """
+    `LstmCellWithProjection.recurrence` where gradients are recorded (training), with its
+    backward pass written out. Autograd would record a dozen operations per step and, per
+    step, multiply each weight's gradient by that step's few rows; here the steps' gate
+    gradients land in one `(real tokens, 4 * cell)` tensor, which is the gradient of the
+    projected inputs, and each weight's gradient is one product over all steps.
+
+    `apply(cell, active_rows_at, dropout_mask, projected_inputs, state, memory, state_weight,
+    state_bias, projection_weight)`, in the sorted row order of `recurrence`, returns its
+    outputs, final state and final memory.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        cell: torch.nn.Module,  # the `LstmCellWithProjection` whose steps these are
+        active_rows_at: List[int],
+        dropout_mask: Optional[torch.Tensor],
+        projected_inputs: torch.Tensor,
+        state: torch.Tensor,
+        memory: torch.Tensor,
+        state_weight: torch.Tensor,
+        state_bias: torch.Tensor,
+        projection_weight: torch.Tensor,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        record = RecordedSteps(len(active_rows_at))
+        outputs, final_state, final_memory = cell.recurrence(
+            projected_inputs,
+            state,
+            memory,
+            dropout_mask,
+            active_rows_at,
+            lambda rows: torch.nn.functional.linear(rows, state_weight, state_bias),
+            lambda rows: torch.nn.functional.linear(rows, projection_weight),
+            record,
+        )
+        ctx.cell, ctx.record, ctx.dropout_mask, ctx.active_rows_at = cell, record, dropout_mask, active_rows_at
+        ctx.save_for_backward(state_weight, projection_weight)
+        # An output is never an input itself (no step had a row).
+        return outputs, final_state.clone() if final_state is state else final_state, (
+            final_memory.clone() if final_memory is memory else final_memory
+        )
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, outputs_gradient: torch.Tensor, final_state_gradient: torch.Tensor, final_memory_gradient: torch.Tensor):
+        state_weight, projection_weight = ctx.saved_tensors
+        cell, steps, dropout_mask, active_rows_at = ctx.cell, ctx.record.steps, ctx.dropout_mask, ctx.active_rows_at
+        cell_size = cell.cell_size
+        # The gradients of h and c carried back through the steps (rows past a sentence's end
+        # keep theirs: their state passes those steps unchanged).
+        state_gradient = final_state_gradient.clone()
+        memory_gradient = final_memory_gradient.clone()
+        # (real tokens, 4 * cell) and (real tokens, hidden), time-major as `projected_inputs`
+        gates_gradient = outputs_gradient.new_empty(sum(active_rows_at), 4 * cell_size)
+        unclipped_state_gradient = outputs_gradient.new_empty(sum(active_rows_at), cell.hidden_size)
+        step_starts = numpy.cumsum([0] + active_rows_at[:-1]).tolist()
+        timesteps = len(active_rows_at)
+        for index in reversed(range(timesteps)) if cell.go_forward else range(timesteps):
+            active_rows = active_rows_at[index]
+            if active_rows == 0:
+                continue
+            step = steps[index]
+            step_rows = slice(step_starts[index], step_starts[index] + active_rows)
+            # (active_rows, hidden)
+            d_state = state_gradient[:active_rows] + outputs_gradient[:active_rows, index]
+            if dropout_mask is not None:
+                d_state = d_state * dropout_mask[:active_rows]
+            if step.state_within_clip is not None:
+                d_state = torch.where(step.state_within_clip, d_state, 0.0)
+            unclipped_state_gradient[step_rows] = d_state
+            # (active_rows, cell)
+            d_output_memory = d_state @ projection_weight
+            input_gate, forget_gate, memory_init, output_gate = step.gates
+            d_memory = memory_gradient[:active_rows] + _tanh_backward(
+                d_output_memory * output_gate, step.squashed_memory
+            )
+            if step.memory_within_clip is not None:
+                d_memory = torch.where(step.memory_within_clip, d_memory, 0.0)
+            # (active_rows, 4 * cell): the gradients before each gate's nonlinearity
+            step_gates_gradient = gates_gradient[step_rows]
+            d_input, d_forget, d_memory_init, d_output = step_gates_gradient.split(cell_size, dim=1)
+            _sigmoid_backward_into(d_memory * memory_init, input_gate, grad_input=d_input)
+            _sigmoid_backward_into(d_memory * step.previous_memory, forget_gate, grad_input=d_forget)
+            _tanh_backward_into(d_memory * input_gate, memory_init, grad_input=d_memory_init)
+            _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
+            torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
+            torch.mm(step_gates_gradient, state_weight, out=state_gradient[:active_rows])
+        # Each weight's gradient over all steps at once, in the time-major row order.
+        recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]
+        previous_states = torch.cat([step.previous_state for step in recorded])
+        output_memories = torch.cat([step.output_memory for step in recorded])
+        return (
+            None,
+            None,
+            None,
+            gates_gradient,
+            state_gradient,
+            memory_gradient,
+            gates_gradient.t() @ previous_states,
+            gates_gradient.sum(dim=0),
+            unclipped_state_gradient.t() @ output_memories,
+        )
