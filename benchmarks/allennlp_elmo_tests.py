@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_FILES = [
     ("v2.10.1", "tests/modules/elmo_test.py", "test_elmo_2_10.py"),
     ("v2.10.1", "tests/modules/stacked_elmo_lstm_test.py", "test_stacked_elmo_lstm_2_10.py"),
-    ("v2.10.1", "tests/modules/token_embedders/elmo_token_embedder_test.py", "test_elmo_token_embedder_2_10.py"),
+    ("v2.10.1", "tests/modules/elmo_token_embedders/elmo_token_embedder_test.py", "test_elmo_token_embedder_2_10.py"),
     ("v2.10.1", "tests/data/token_indexers/elmo_indexer_test.py", "test_elmo_indexer_2_10.py"),
     ("v0.9.0", "allennlp/tests/commands/elmo_test.py", "test_commands_elmo_0_9.py"),
 ]

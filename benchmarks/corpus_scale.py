@@ -27,7 +27,7 @@ from pathlib import Path
 
 from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS
 
-from embed_file import make_input, random_model  # benchmarks/embed_file.py: WikiText-2 lines of 3-60 tokens
+from file_embedding_speed import make_input, random_model  # WikiText-2 lines of 3-60 tokens
 from embed_speed import cpu_description
 
 REPO = Path(__file__).resolve().parent.parent

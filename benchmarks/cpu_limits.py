@@ -14,6 +14,8 @@ What this CPU allows the float32 biLM at most, to set `embed_speed.py`'s ratios 
 Original architecture (2x4096_512_2048cnn_2xhighway), random weights, the sentences of
 `embed_speed.py`. Prints the CPU model and flags and the kernel choice mode.
 """
+import sys
+from pathlib import Path
 import argparse
 import tempfile
 import time
@@ -22,11 +24,14 @@ from typing import Dict, List, Tuple
 
 import torch
 
+# The repository root, for the tests' random-weight helper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from elmo_plugin import ElmoBiLm, batch_to_ids
 from elmo_plugin.kernels import choice, products
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo  # noqa: E402
 from embed_speed import SHARED, cpu_description, sentences
 
 

@@ -26,6 +26,7 @@ both (cuDNN's convolutions would otherwise use it), bfloat16 as the opt-in preci
 CPU only), timings after `torch.cuda.synchronize()`, and peak memory as the GPU memory
 allocated during one forward pass on top of what the loaded models hold.
 """
+import sys
 import argparse
 import statistics
 import tempfile
@@ -35,13 +36,16 @@ from typing import Dict, List
 
 import torch
 
+# The repository root, for the tests' random-weight helper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import elmo_plugin  # noqa: F401
 from elmo_plugin import ElmoBiLm, batch_to_ids
 from elmo_plugin.kernels import choice
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo  # noqa: E402
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 

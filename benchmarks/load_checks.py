@@ -5,6 +5,8 @@ interleaved, best and median of `--repeats`.
 
     python benchmarks/load_checks.py [--repeats 7] [--architecture original]
 """
+import sys
+from pathlib import Path
 import argparse
 import statistics
 import tempfile
@@ -12,10 +14,13 @@ import time
 
 import torch
 
+# The repository root, for the tests' random-weight helper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import elmo_plugin  # noqa: F401
 from elmo_plugin.weights import pretrained
 from elmo_plugin.weights.formats import base
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo  # noqa: E402
 
 
 def main() -> None:

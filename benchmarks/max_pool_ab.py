@@ -5,14 +5,24 @@ architecture's random weights; also checks that the outputs are bit-identical.
 
     python benchmarks/max_pool_ab.py
 """
-import time, torch, tempfile, statistics, sys
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
 torch.set_num_threads(2)
 sys.path.insert(0, "benchmarks")
-from embed_speed import sentences, SHARED
+from embed_speed import sentences, SHARED  # noqa: E402
+# The repository root, for the tests' random-weight helper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from elmo_plugin import ElmoBiLm, batch_to_ids
 from elmo_plugin.modules import char_encoder
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo  # noqa: E402
 o, wf = write_random_elmo(tempfile.mkdtemp(), ORIGINAL_OPTIONS, seed=0)
 bilm = ElmoBiLm(o, wf).eval()
 data = sentences(128, SHARED / "data" / "lm_eval" / "wikitext2.valid.txt")

@@ -12,6 +12,7 @@ CPU time otherwise). On the CPU, ours runs its backward direction in a worker th
 (`ElmoLstm.parallel_directions`) that the profiler does not follow: its table shows the forward
 direction's operators only.
 """
+import sys
 import argparse
 import statistics
 import tempfile
@@ -23,10 +24,13 @@ from embed_speed import SHARED, sentences, synchronize  # the same sentences as 
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
+# The repository root, for the tests' random-weight helper.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import elmo_plugin  # noqa: F401
 from elmo_plugin import ElmoBiLm, batch_to_ids
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo  # noqa: E402
 
 
 def timed(model, ids, device) -> float:

@@ -25,7 +25,7 @@ from allennlp.commands import main  # noqa: E402
 
 import elmo_plugin  # noqa: E402,F401
 from elmo_plugin import ElmoEmbedder  # noqa: E402
-from elmo_plugin.weights.random_weights import write_random_elmo  # noqa: E402
+from tests.random_weights import write_random_elmo  # noqa: E402
 from tests.helpers import (  # noqa: E402
     BILM_CONFIGS, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, SHARED_FIXTURES, bilm_data_overrides,
 )

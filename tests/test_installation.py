@@ -96,7 +96,8 @@ def test_the_finder_answers_only_for_allennlps_plugins_module(monkeypatch):
 
 
 @pytest.mark.parametrize("missing", ["allennlp", "allennlp_models.tagging", "h5py"])
-def test_a_missing_package_is_named_with_the_command_that_installs_it(missing):
+def test_a_missing_package_is_named_with_the_command_that_installs_it(missing, monkeypatch):
+    monkeypatch.setattr(installation, "_installed", lambda package: False)  # as where it is missing
     error = installation.missing_dependency(ModuleNotFoundError(f"No module named {missing!r}", name=missing))
     message = str(error)
     assert "\n" not in message
@@ -105,13 +106,16 @@ def test_a_missing_package_is_named_with_the_command_that_installs_it(missing):
     assert os.path.isfile(installation.REQUIREMENTS_FILE)
 
 
-def test_a_missing_torch_says_to_install_a_build_first():
+def test_a_missing_torch_says_to_install_a_build_first(monkeypatch):
+    monkeypatch.setattr(installation, "_installed", lambda package: False)
     message = str(installation.missing_dependency(ModuleNotFoundError("x", name="torch")))
     assert "pip install torch==2.15.0" in message and "2.13 to 2.15" in message
 
 
 def test_our_own_missing_modules_are_not_disguised():
     assert installation.missing_dependency(ModuleNotFoundError("x", name="elmo_plugin.nothing")) is None
+    # A module missing inside an installed package is not a missing install.
+    assert installation.missing_dependency(ModuleNotFoundError("x", name="allennlp.modules.nothing")) is None
     assert installation.missing_dependency(ModuleNotFoundError("x")) is None
 
 

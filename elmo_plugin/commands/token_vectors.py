@@ -1,6 +1,6 @@
 """
 `allennlp elmo-token-vectors`: static word vectors from a biLM's char CNN
-(`elmo_plugin.inference.token_vector_file`).
+(`elmo_plugin.inference.static_word_vectors`).
 
     allennlp elmo-token-vectors vocab.txt vectors --options-file options.json --weight-file weights.hdf5
 """
@@ -10,7 +10,7 @@ from allennlp.commands.subcommand import Subcommand
 from overrides import overrides
 
 from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
-from elmo_plugin.inference.token_vector_file import write_token_vectors
+from elmo_plugin.inference.static_word_vectors import write_token_vectors
 
 
 @Subcommand.register("elmo-token-vectors")

@@ -8,6 +8,7 @@ the package then says what is missing and the command that installs the tested s
 package carries (`elmo_plugin/requirements.txt`). Standard library only: this runs before any
 third-party import.
 """
+import importlib.util
 import logging
 import os
 import re
@@ -42,8 +43,8 @@ def missing_dependency(error: ModuleNotFoundError) -> Optional[MissingDependency
     """
     name = error.name or ""
     top_level = name.partition(".")[0]
-    if not top_level or top_level == "elmo_plugin":
-        return None
+    if not top_level or top_level == "elmo_plugin" or _installed(top_level):
+        return None  # ours, or a module missing inside an installed package: not an install step
     if top_level == "torch":
         low, high = (".".join(map(str, version)) for version in TESTED_TORCH)
         return MissingDependencyError(
@@ -58,6 +59,13 @@ def missing_dependency(error: ModuleNotFoundError) -> Optional[MissingDependency
         f"tested set: {install_command()}",
         name=name,
     )
+
+
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def torch_release(version: str) -> Optional[Tuple[int, int]]:

@@ -6,4 +6,4 @@ from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.modules.settings import ElmoSettings
-from elmo_plugin.modules.token_embedder import ElmoTokenEmbedder
+from elmo_plugin.modules.elmo_token_embedder import ElmoTokenEmbedder

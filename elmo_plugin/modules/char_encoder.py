@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
 from elmo_plugin.kernels.products import Kernels, Role
-from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
+from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions

@@ -21,7 +21,7 @@ from elmo_plugin.modules.manylangs_encoder import ElmoForManyLangsEncoder
 from elmo_plugin.modules.segmented_reading import SegmentSink, read_in_segments
 from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BetweenSentencesState, LstmState
-from elmo_plugin.modules.token_vectors import CachedWordVectors, token_vectors
+from elmo_plugin.modules.word_vector_cache import CachedWordVectors, token_vectors
 from elmo_plugin.modules.word_encoder import ElmoWordEncoder, word_input_vocabulary
 from elmo_plugin.weights.formats import read_bilm, read_bilm_weights
 from elmo_plugin.weights import layout
@@ -280,7 +280,7 @@ class ElmoBiLm(torch.nn.Module):
     def _start_state_parameters(self) -> Iterator[torch.nn.Parameter]:
         return itertools.chain(self._elmo_lstm.parameters(), self._token_embedder.parameters())
 
-    # Context-free vectors and the word-id cache (`elmo_plugin.modules.token_vectors`).
+    # Context-free vectors and the word-id cache (`elmo_plugin.modules.word_vector_cache`).
 
     def token_vectors(self, tokens: Sequence[str]) -> torch.Tensor:
         """

@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.character_mapper import batch_to_ids
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
-from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
+from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, parameter_array

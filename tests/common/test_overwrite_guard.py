@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
-from elmo_plugin.inference.token_vector_file import write_token_vectors
+from elmo_plugin.inference.static_word_vectors import write_token_vectors
 from elmo_plugin.models.export import export_bilm
 from elmo_plugin.weights.conversion import convert_bilm
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE

@@ -13,7 +13,7 @@ from allennlp.data import Vocabulary
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.vocab_file import read_bilm_vocab_file
-from elmo_plugin.inference.token_vector_file import write_token_vectors
+from elmo_plugin.inference.static_word_vectors import write_token_vectors
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, fixture_options
 

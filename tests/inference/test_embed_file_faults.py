@@ -17,7 +17,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, fixture_options
 from tests.inference.test_embed_file import SENTENCES, EmbedFileTestCase, interrupt_after, read_hdf5
 

@@ -18,7 +18,7 @@ from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
-from elmo_plugin.weights.random_weights import write_random_elmo
+from tests.random_weights import write_random_elmo
 from tests.helpers import CARRIED_STATE_BATCHES, ELMO_FIXTURES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 FLOAT64_TOLERANCE = 1e-9

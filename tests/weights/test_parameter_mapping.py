@@ -14,7 +14,7 @@ from elmo_plugin.modules.word_encoder import ElmoWordEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.parameter_mapping import copy_into_parameters
-from elmo_plugin.weights.random_weights import random_weight_arrays
+from tests.random_weights import random_weight_arrays
 from tests.helpers import ORACLE_ARCHITECTURES
 
 WORD_OPTIONS = {

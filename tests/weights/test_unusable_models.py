@@ -15,7 +15,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import Elmo, ElmoBiLm, ElmoEmbedder, ElmoTokenEmbedder
-from elmo_plugin.inference.token_vector_file import write_token_vectors
+from elmo_plugin.inference.static_word_vectors import write_token_vectors
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, fixture_options
 
@@ -34,7 +34,7 @@ def test_options_without_weights_are_refused(load):
         load()
 
 
-def test_token_vector_files_refuse_options_without_weights(tmp_path):
+def test_static_word_vectorss_refuse_options_without_weights(tmp_path):
     (tmp_path / "words.txt").write_text("the\ncat\n")
     with pytest.raises(ConfigurationError, match=WITHOUT_WEIGHTS):
         write_token_vectors(str(tmp_path / "words.txt"), str(tmp_path / "vectors"), ELMO_OPTIONS_FILE, None)

@@ -14,7 +14,7 @@ from elmo_plugin import ElmoBiLm
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats.published import write_weight_file
 from elmo_plugin.weights.options import ElmoOptions
-from elmo_plugin.weights.random_weights import random_weight_arrays
+from tests.random_weights import random_weight_arrays
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 

@@ -2,7 +2,7 @@
 `allennlp elmo`'s engine against a 0.9-style loop over AllenNLP's own biLM, same weights, same
 file, one run; and the peak memory of ours on a small and a large input.
 
-    python benchmarks/embed_file.py [--sentences 1000] [--large 50000] [--threads 2] [--architecture original]
+    python benchmarks/file_embedding_speed.py [--sentences 1000] [--large 50000] [--threads 2] [--architecture original]
 
 Weights: random, in the published layout, of the published "small" architecture
 (2x1024_128_2048cnn_1xhighway) or, with `--architecture original`, the original one
@@ -28,7 +28,7 @@ SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(REPO))
 
 from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS  # noqa: E402
-from elmo_plugin.weights.random_weights import write_random_elmo  # noqa: E402
+from tests.random_weights import write_random_elmo  # noqa: E402
 
 
 def random_model(directory: Path, architecture: str) -> Tuple[str, str]:

@@ -6,7 +6,7 @@ from allennlp.data import Vocabulary
 from allennlp.modules.token_embedders.embedding import _read_pretrained_embeddings_file
 
 from elmo_plugin import ElmoBiLm, batch_to_ids
-from elmo_plugin.inference.token_vector_file import HDF5_DATASET, write_token_vectors
+from elmo_plugin.inference.static_word_vectors import HDF5_DATASET, write_token_vectors
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 WORDS = ["<S>", "</S>", "<UNK>", "bats", "Bats", "über", "x" * 60, "."]

@@ -9,7 +9,7 @@ import torch
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
 from elmo_plugin.data.character_mapper import ElmoCharacterMapper, batch_to_ids
-from elmo_plugin.modules.token_encoder import ElmoTokenEncoder
+from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 
 # Tokens per chunk when the token layer embeds a long list.
 _TOKENS_PER_CHUNK = 1024
