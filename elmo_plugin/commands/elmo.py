@@ -12,8 +12,8 @@ from allennlp.common.util import SigTermReceived
 from overrides import overrides
 
 from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
-from elmo_plugin.inference.elmo_embedder import DEFAULT_BATCH_SIZE, DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
-from elmo_plugin.inference.embed_file import DEFAULT_CHUNK_SIZE
+from elmo_plugin.inference.elmo_embedder import DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
+from elmo_plugin.inference.embed_file_options import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, EmbedFileOptions
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -91,25 +91,23 @@ class ElmoCommand(Subcommand):
 def elmo_command(args: argparse.Namespace) -> None:
     # Read by allennlp's Tqdm: fewer, newline-terminated progress updates.
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
-    output_format = "all" if args.all else "top" if args.top else "average"
+    options = EmbedFileOptions(
+        output_format="all" if args.all else "top" if args.top else "average",
+        batch_size=args.batch_size,
+        forget_sentences=args.forget_sentences,
+        use_sentence_keys=args.use_sentence_keys,
+        allow_empty_lines=args.allow_empty_lines,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        chunk_size=args.chunk_size,
+        num_workers=args.num_workers,
+        shard_size=args.shard_size,
+    )
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
                             stateful=not args.deterministic, precision=args.precision,
                             max_tokens_per_batch=args.max_tokens_per_batch)
     try:
-        embedder.embed_file(
-            args.input_file,
-            args.output_file,
-            output_format=output_format,
-            batch_size=args.batch_size,
-            forget_sentences=args.forget_sentences,
-            use_sentence_keys=args.use_sentence_keys,
-            allow_empty_lines=args.allow_empty_lines,
-            resume=args.resume,
-            overwrite=args.overwrite,
-            chunk_size=args.chunk_size,
-            num_workers=args.num_workers,
-            shard_size=args.shard_size,
-        )
+        embedder.embed_file(args.input_file, args.output_file, options=options)
     except (KeyboardInterrupt, SigTermReceived) as interruption:
         logger.error(
             "%s. Finished chunks are kept in %s.partial; run the same command with --resume to "

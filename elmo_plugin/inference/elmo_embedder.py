@@ -14,7 +14,8 @@ from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.inference.batching import rows_within_token_budget
-from elmo_plugin.inference.embed_file import DEFAULT_BATCH_SIZE, embed_file
+from elmo_plugin.inference.embed_file import embed_file
+from elmo_plugin.inference.embed_file_options import DEFAULT_BATCH_SIZE, EmbedFileOptions
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.segmented_reading import direction_columns
 from elmo_plugin.modules.settings import ElmoSettings
@@ -256,12 +257,14 @@ class ElmoEmbedder:
         batch_size: Optional[int] = None,
         forget_sentences: bool = False,
         use_sentence_keys: bool = False,
-        **options,
+        *,
+        options: Optional[EmbedFileOptions] = None,
+        **more_options,
     ) -> None:
         """
         Embeds a file of whitespace-tokenized sentences, one per line, into HDF5; the same code
-        path as `allennlp elmo` (see `elmo_plugin.inference.embed_file.embed_file` for the
-        further `options`: `resume`, `overwrite`, `allow_empty_lines`, ...).
+        path as `allennlp elmo`. AllenNLP 0.9's signature, plus any field of `EmbedFileOptions`
+        by keyword (`resume=True`, `chunk_size=...`), or a whole `options` object.
 
         # Parameters
 
@@ -269,16 +272,10 @@ class ElmoEmbedder:
             The input path, or an open file that has one (`.name`).
         output_file_path : `str`
             The HDF5 file to write; it appears only when complete.
-        output_format : `str`, optional (default = `"all"`)
-            `"all"` (every layer), `"top"` (the last layer) or `"average"` (their mean).
-        batch_size : `int`, optional (default = `None`)
-            Sentences per batch: exactly, with carried state (64 if not given); at most, besides
-            the token budget `max_tokens_per_batch`, in deterministic mode (where, not given,
-            the token budget alone fills batches).
-        forget_sentences : `bool`, optional (default = `False`)
-            Do not write the `sentence_to_index` dataset.
-        use_sentence_keys : `bool`, optional (default = `False`)
-            Key datasets by the sentence instead of its line index.
+        output_format, batch_size, forget_sentences, use_sentence_keys
+            As in `EmbedFileOptions` (and AllenNLP 0.9's `embed_file`).
+        options : `EmbedFileOptions`, optional
+            All of them at once (the arguments before it must then be left at their defaults).
         """
         input_path: Optional[str] = None
         if isinstance(input_file, (str, os.PathLike)):
@@ -287,17 +284,12 @@ class ElmoEmbedder:
             input_path = input_file.name
         if input_path is None:
             raise ValueError("embed_file needs a path, or an open file with a name on disk")
+        if options is None:
+            options = EmbedFileOptions(output_format=output_format, batch_size=batch_size,
+                                       forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys,
+                                       **more_options)
         refuse_writing_over_inputs("allennlp elmo", [output_file_path], self.model_files)
-        embed_file(
-            self,
-            input_path,
-            output_file_path,
-            output_format=output_format,
-            batch_size=batch_size,
-            forget_sentences=forget_sentences,
-            use_sentence_keys=use_sentence_keys,
-            **options,
-        )
+        embed_file(self, input_path, output_file_path, options)
 
 
 def _check_tokenized(batch: List[List[str]]) -> None:

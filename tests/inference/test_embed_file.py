@@ -268,3 +268,26 @@ class TestElmoCommandLine(EmbedFileTestCase):
         )
         assert completed.returncode == 0, completed.stderr[-3000:]
         assert "--use-sentence-keys" in completed.stdout and "--resume" in completed.stdout
+
+
+class TestEmbedFileOptions(EmbedFileTestCase):
+    def test_one_frozen_object_validated_when_built(self):
+        import dataclasses
+
+        from elmo_plugin.inference.embed_file_options import EmbedFileOptions
+
+        options = EmbedFileOptions(chunk_size=2, output_format="top")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            options.chunk_size = 3
+        for bad, message in [({"chunk_size": 0}, "chunk_size must be positive"),
+                             ({"output_format": "mean"}, "output_format must be one of"),
+                             ({"num_workers": 0}, "num_workers must be positive")]:
+            with pytest.raises(ConfigurationError, match=message):
+                EmbedFileOptions(**bad)
+        # The object and the same fields by keyword give the same file.
+        path = self.write_input(["The cat sat .", "A dog"])
+        by_object = read_hdf5(self.embed(path, "object.hdf5", options=options))
+        by_keyword = read_hdf5(self.embed(path, "keyword.hdf5", chunk_size=2, output_format="top"))
+        assert set(by_object) == set(by_keyword)
+        for key in by_object:
+            numpy.testing.assert_array_equal(by_object[key], by_keyword[key])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.inference.embed_file import embed_file
+from elmo_plugin.inference.embed_file_options import EmbedFileOptions
 from tests.data.test_properties import ANY_TEXT, TEXT_LIKE_BYTES
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
@@ -39,8 +40,8 @@ def test_the_file_engine_on_any_bytes(content, allow_empty_lines):
         with open(input_path, "wb") as handle:
             handle.write(content)
         try:
-            embed_file(EMBEDDER, input_path, output_path, batch_size=3, chunk_size=4,
-                       allow_empty_lines=allow_empty_lines)
+            embed_file(EMBEDDER, input_path, output_path,
+                       EmbedFileOptions(batch_size=3, chunk_size=4, allow_empty_lines=allow_empty_lines))
         except ConfigurationError as error:
             assert input_path in str(error), str(error)
             assert not os.path.exists(output_path)

@@ -134,12 +134,12 @@ def test_torchrun_launches_the_command_line(single_process_output, tmp_path):
 def test_too_few_chunks_for_the_workers_are_named(caplog):
     from elmo_plugin.inference.embed_file import _Plan, _warn_if_few_chunks
 
-    fresh = _Plan(chunk_size=4096, num_chunks=5, done_chunks=frozenset(), num_lines=20000, num_tokens=0, identity=(),
+    fresh = _Plan(batch_size=None, chunk_size=4096, num_chunks=5, done_chunks=frozenset(), num_lines=20000, num_tokens=0, identity=(),
                   chunk_sha256=(), input_size=0)
     _warn_if_few_chunks(fresh, 1)
     _warn_if_few_chunks(fresh, 2)  # 5 chunks for 2 processes: enough
     assert not caplog.records
-    resumed = _Plan(chunk_size=4096, num_chunks=5, done_chunks=frozenset({0, 1}), num_lines=20000, num_tokens=0,
+    resumed = _Plan(batch_size=None, chunk_size=4096, num_chunks=5, done_chunks=frozenset({0, 1}), num_lines=20000, num_tokens=0,
                     identity=(), chunk_sha256=(), input_size=0)
     _warn_if_few_chunks(resumed, 2)  # only the 3 unfinished ones count
     assert "3 chunks to embed for 2 processes" in caplog.text and "--chunk-size (now 4096 lines)" in caplog.text

@@ -1,0 +1,82 @@
+"""
+How a file is embedded (`allennlp elmo`, `ElmoEmbedder.embed_file`): one frozen object, built
+once from the command line or from Python, validated when built, and handed unchanged to the
+engine (`embed_file`) and its worker processes.
+
+Adding an option: a field here (with its check in `__post_init__` and, if a resumed run must
+share it, a line in `resume.RunSettings`), an argument in `commands/elmo.py`, and its use in
+the engine.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+from allennlp.common.checks import ConfigurationError
+
+OUTPUT_FORMATS = ("all", "top", "average")
+# Lines per chunk: the unit of sorting, of resuming, of sharing out among processes and of
+# what an interrupt can lose.
+DEFAULT_CHUNK_SIZE = 4096
+# Sentences per batch with carried state (0.9's default), and the default of embed_sentences.
+DEFAULT_BATCH_SIZE = 64
+
+
+@dataclass(frozen=True)
+class EmbedFileOptions:
+    """
+    # Parameters
+
+    output_format : `str`, optional (default = `"all"`)
+        `"all"` (every layer), `"top"` (the last layer) or `"average"` (their mean).
+    batch_size : `int`, optional (default = `None`)
+        Sentences per batch: in stateful mode exactly (0.9's batches; `DEFAULT_BATCH_SIZE` if
+        not given), in deterministic mode at most, besides the token budget (if not given, the
+        token budget alone: many short sentences fill a batch).
+    forget_sentences : `bool`, optional (default = `False`)
+        Do not write the `sentence_to_index` dataset.
+    use_sentence_keys : `bool`, optional (default = `False`)
+        Key each dataset by its sentence instead of its line index. A repeated sentence is
+        stored once (in deterministic mode its vectors are identical; in stateful mode the
+        first occurrence is kept).
+    allow_empty_lines : `bool`, optional (default = `False`)
+        Store blank lines as empty `(3, 0, D)` entries instead of refusing the file.
+    resume : `bool`, optional (default = `False`)
+        Continue an interrupted run from `OUTPUT.partial`.
+    overwrite : `bool`, optional (default = `False`)
+        Replace an existing output (and discard a partial run).
+    chunk_size : `int`, optional (default = `DEFAULT_CHUNK_SIZE`)
+        Lines per chunk (rounded up to a multiple of the batch size in stateful mode).
+    num_workers : `int`, optional (default = `1`)
+        Local worker processes (CPU, torch.distributed with gloo), each with its share of the
+        CPU's threads; deterministic mode only. Under `torchrun` leave it at 1: the launched
+        processes share the work.
+    shard_size : `int`, optional (default = `None`)
+        Write the vectors into shards of about this many bytes beside the output, which then
+        holds links to them (read as if the data were in it).
+    """
+
+    output_format: str = "all"
+    batch_size: Optional[int] = None
+    forget_sentences: bool = False
+    use_sentence_keys: bool = False
+    allow_empty_lines: bool = False
+    resume: bool = False
+    overwrite: bool = False
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    num_workers: int = 1
+    shard_size: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigurationError(f"batch_size must be positive, got {self.batch_size}")
+        if self.chunk_size < 1:
+            raise ConfigurationError(f"chunk_size must be positive (lines per chunk), got {self.chunk_size}")
+        if self.num_workers < 1:
+            raise ConfigurationError(f"num_workers must be positive, got {self.num_workers}")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise ConfigurationError(f"shard_size must be positive (bytes per shard), got {self.shard_size}")
+
+    def batch_size_for(self, stateful: bool) -> Optional[int]:
+        """The batch size a run uses: 0.9's default with carried state when none is given."""
+        return DEFAULT_BATCH_SIZE if self.batch_size is None and stateful else self.batch_size
