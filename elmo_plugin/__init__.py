@@ -4,8 +4,8 @@ elmo_plugin: ELMo (Peters et al. 2018) for AllenNLP, end to end.
 Importing the package registers its components under AllenNLP's names (`elmo_characters`,
 `elmo_token_embedder`), replacing AllenNLP's own implementations in every config, and adds
 the biLM training pieces (`elmo_bilm` model, `elmo_bilm_corpus` reader, `bilm` vocabulary).
-It also sets defaults for the ELMo environment variables the task configs read (see
-`elmo_plugin.training.config_environment`).
+It also sets defaults for the three ELMo environment variables the task configs read, when
+they are unset (`elmo_plugin.training.config_environment` says why on import).
 """
 from elmo_plugin.common.installation import missing_dependency, warn_if_torch_untested
 

@@ -21,11 +21,13 @@ from elmo_plugin.data.bilm_corpus_reader import (
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
 from elmo_plugin.kernels import allocation
+from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
 from elmo_plugin.training.oov_rate import OutOfVocabularyRate
 from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
 from elmo_plugin.weights import layout
+from elmo_plugin.weights.formats import read_bilm
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
@@ -121,17 +123,9 @@ class ElmoBiLmModel(Model):
             )
         self.num_samples = num_samples
         self.dropout = dropout
-        self._bilm = ElmoBiLm(
-            options_file,
-            weight_file,
-            requires_grad=True,
-            stateful=False,
-            bias_as_in_file=True,
-            lstm_input_dropout=dropout,
-            vocabulary=BiLmVocabulary.words(vocab),
-            keep_softmax=True,
-            random_weights=weight_file is None,  # training from scratch: an architecture alone
-        )
+        # Without a weight file: an architecture to train from scratch.
+        options, weights = read_bilm(options_file, weight_file)
+        self._bilm = TrainableBiLm(options, weights, BiLmVocabulary.words(vocab), lstm_input_dropout=dropout)
         elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)
         self._softmax_loss = SampledSoftmaxLoss(
@@ -140,9 +134,8 @@ class ElmoBiLmModel(Model):
             num_samples=num_samples,
             sparse=sparse_softmax,
         )
-        if self._bilm.file_softmax is not None:
-            self._start_from_trained_softmax(*self._bilm.file_softmax)
-            self._bilm.file_softmax = None
+        if weights is not None and options.softmax_in_weights:  # fine-tuning from a trained softmax
+            self._start_from_trained_softmax(*layout.trained_softmax(weights.arrays, options))
         if elmo_options.share_embedding_softmax:
             if sparse_softmax:
                 raise ConfigurationError(

@@ -74,6 +74,8 @@ class Elmo(torch.nn.Module, FromParams):
         if module is not None:
             if options_file is not None or weight_file is not None:
                 raise ConfigurationError("Don't provide options_file or weight_file with module")
+            # AllenNLP's attribute name for the biLM, which client code written for AllenNLP
+            # uses (`elmo._elmo_lstm._elmo_lstm.reset_states()`, flair, 0.9's code).
             self._elmo_lstm = module
         else:
             if options_file is None and weight_file is None:

@@ -23,7 +23,7 @@ from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BetweenSentencesState, LstmState
 from elmo_plugin.modules.word_vector_cache import CachedWordVectors, token_vectors
 from elmo_plugin.modules.word_encoder import ElmoWordEncoder, word_input_vocabulary
-from elmo_plugin.weights.formats import read_bilm, read_bilm_weights
+from elmo_plugin.weights.formats import BiLmWeights, read_bilm
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ELMOFORMANYLANGS_CHARACTERS, ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, with_prefix
@@ -48,24 +48,16 @@ class ElmoBiLm(torch.nn.Module):
         directory or archive too). Options without weights are refused unless `random_weights`.
     requires_grad, vocab_to_cache, stateful, precision
         See `ElmoSettings`.
-    bias_as_in_file : `bool`, optional (default = `False`)
-        Keep the LSTM gate biases as the weight file stores them (see `TfForgetBias`), so
-        that a biLM trained with this module exports bit-exactly. The biLM model sets it.
-    lstm_input_dropout : `float`, optional (default = `0.0`)
-        Dropout on every LSTM layer's input in training mode (see `ElmoLstm`); the biLM
-        model's regularisation while training, not used by downstream ELMo.
-    vocabulary : `List[str]`, optional (default = `None`)
-        A word-input biLM's words in id order, to train one from scratch; a word-input weight
-        file holds its own (and if both are given they must agree). Not used by a
-        character-input biLM.
-    keep_softmax : `bool`, optional (default = `False`)
-        Keep the trained softmax of a weight file that holds one (`softmax_in_weights`) as
-        `file_softmax`, `(words, weight or None, bias)`, for the biLM model to fine-tune from.
-        The softmax is not part of the biLM: `options` never declare it.
     random_weights : `bool`, optional (default = `False`)
         Accept options without weights and leave the parameters randomly initialised: a biLM
         trained from scratch (the biLM model), tests and benchmarks. Never implied: a biLM
         loaded for use without its weights would give meaningless vectors.
+    settings : `ElmoSettings`, optional
+        `requires_grad`, `vocab_to_cache`, `stateful` and `precision` as one object (what
+        `Elmo`, the token embedder and `ElmoEmbedder` pass); instead of those four.
+
+    A biLM being trained (`elmo_plugin.models.trainable_bilm`) extends this class through
+    `_build` and its two hooks.
     """
 
     def __init__(
@@ -76,15 +68,13 @@ class ElmoBiLm(torch.nn.Module):
         vocab_to_cache: Optional[List[str]] = ElmoSettings.vocab_to_cache,
         stateful: bool = ElmoSettings.stateful,
         precision: str = ElmoSettings.precision,
-        bias_as_in_file: bool = False,
-        lstm_input_dropout: float = 0.0,
-        vocabulary: Optional[List[str]] = None,
-        keep_softmax: bool = False,
         random_weights: bool = False,
+        *,
+        settings: Optional[ElmoSettings] = None,
     ) -> None:
         super().__init__()
-        settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
-        self._requires_grad = requires_grad
+        if settings is None:
+            settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
         if options_file is None and weight_file is None:
             raise ConfigurationError(
                 "ElmoBiLm needs its files: an options file and a weight file, or a model "
@@ -97,17 +87,29 @@ class ElmoBiLm(torch.nn.Module):
                 "come without weights: name the biLM's weight file too (allennlp elmo --weight-file; weight_file= "
                 "in Python and configs), or a model directory or archive that holds both."
             )
-        self.file_softmax: Optional[Tuple[List[str], Optional[numpy.ndarray], numpy.ndarray]] = None
-        if options.softmax_in_weights:
-            if keep_softmax and weights is not None:
-                self.file_softmax = layout.trained_softmax(weights.arrays, options)
+        self._build(options, weights, settings)
+
+    # What a biLM being trained changes (`models/trainable_bilm.py`).
+
+    def _words_to_train(self) -> Optional[List[str]]:
+        """A word-input biLM's words when no weight file gives them (training from scratch)."""
+        return None
+
+    def _before_loading_weights(self, lstm: ElmoLstm) -> None:
+        """Adjusts the LSTM stack before the file's weights are loaded into it."""
+
+    def _build(self, options: ElmoOptions, weights: Optional[BiLmWeights], settings: ElmoSettings) -> None:
+        """The blocks of the biLM `options` describe, with `weights` loaded where given."""
+        requires_grad = settings.requires_grad
+        self._requires_grad = requires_grad
+        if options.softmax_in_weights:  # a trained softmax is not part of the biLM
             options = dataclasses.replace(options, softmax_in_weights=False)
         # One `Kernels` for every block: the one owner of the products' precision.
         self.kernels = Kernels()
         self._token_embedder: Union[ElmoCharacterEncoder, ElmoWordEncoder]
         if options.word_inputs:
             options, words = word_input_vocabulary(
-                options, weights and weights.arrays, vocabulary, weights.source if weights else ""
+                options, weights and weights.arrays, self._words_to_train(), weights.source if weights else ""
             )
             self._token_embedder = ElmoWordEncoder(words, options.projection_dim, requires_grad)
         elif options.characters == ELMOFORMANYLANGS_CHARACTERS:
@@ -127,20 +129,10 @@ class ElmoBiLm(torch.nn.Module):
                 options, requires_grad=requires_grad, kernels=self.kernels
             )
         self.options = options
-        self._elmo_lstm = ElmoLstm(
-            input_size=options.projection_dim,
-            hidden_size=options.projection_dim,
-            cell_size=options.cell_dim,
-            num_layers=options.n_layers,
-            requires_grad=requires_grad,
-            memory_cell_clip_value=options.cell_clip,
-            state_projection_clip_value=options.proj_clip,
-            use_skip_connections=options.use_skip_connections,
-            input_dropout_probability=lstm_input_dropout,
-            kernels=self.kernels,
-        )
-        if bias_as_in_file:
-            self._elmo_lstm.store_biases_as_in_file()
+        # AllenNLP's attribute names (`_ElmoBiLm._elmo_lstm`, `_token_embedder`): code written
+        # for AllenNLP reaches the state through them (`elmo._elmo_lstm._elmo_lstm.reset_states()`).
+        self._elmo_lstm = ElmoLstm.from_options(options, requires_grad=requires_grad, kernels=self.kernels)
+        self._before_loading_weights(self._elmo_lstm)
         if weights is not None:
             self.load_arrays(weights.arrays)
         self.num_layers = options.n_layers + 1
@@ -165,14 +157,7 @@ class ElmoBiLm(torch.nn.Module):
         cls, options_file: Union[str, ElmoOptions], weight_file: Optional[str], settings: ElmoSettings
     ) -> "ElmoBiLm":
         """A biLM from its files, run as `settings` say."""
-        return cls(
-            options_file,
-            weight_file,
-            requires_grad=settings.requires_grad,
-            vocab_to_cache=None if settings.vocab_to_cache is None else list(settings.vocab_to_cache),
-            stateful=settings.stateful,
-            precision=settings.precision,
-        )
+        return cls(options_file, weight_file, settings=settings)
 
     @property
     def token_embedder(self) -> Union[ElmoCharacterEncoder, ElmoWordEncoder]:
@@ -219,13 +204,6 @@ class ElmoBiLm(torch.nn.Module):
         self._elmo_lstm.reset_states()
 
     # Weights: the blocks map their own parameters to the layout (`parameter_mapping`).
-
-    def load_weight_file(self, weight_file: str) -> None:
-        """Loads parameters from a weight file (checked against this biLM's options)."""
-        weights = read_bilm_weights(self.options, weight_file)
-        if self.vocabulary is not None:
-            word_input_vocabulary(self.options, weights.arrays, self.vocabulary, weights.source)
-        self.load_arrays(weights.arrays)
 
     def load_arrays(self, arrays: Arrays) -> None:
         """Sets every parameter of the token layer and the LSTM stack from layout arrays."""

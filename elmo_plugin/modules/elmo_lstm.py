@@ -12,6 +12,7 @@ from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.modules.start_state import BatchStartState, LstmState
 from elmo_plugin.weights import layout
+from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, with_prefix
 
 # One direction's outputs per layer, final states per layer, final memories per layer.
@@ -119,6 +120,28 @@ class ElmoLstm(torch.nn.Module):
     def reset_states(self) -> None:
         """Forgets the carried state (AllenNLP's method): the next batch starts from zeros."""
         self.batch_start_state.reset()
+
+    @classmethod
+    def from_options(
+        cls, options: ElmoOptions, requires_grad: bool = False, kernels: Optional[Kernels] = None
+    ) -> "ElmoLstm":
+        """The stack an options file's `lstm` section describes (input and output: the
+        projection size)."""
+        return cls(
+            input_size=options.projection_dim,
+            hidden_size=options.projection_dim,
+            cell_size=options.cell_dim,
+            num_layers=options.n_layers,
+            requires_grad=requires_grad,
+            memory_cell_clip_value=options.cell_clip,
+            state_projection_clip_value=options.proj_clip,
+            use_skip_connections=options.use_skip_connections,
+            kernels=kernels,
+        )
+
+    def set_input_dropout(self, probability: float) -> None:
+        """Dropout on every layer's input in training mode (see `input_dropout_probability`)."""
+        self._input_dropout.p = probability
 
     def store_biases_as_in_file(self) -> None:
         """Re-parametrizes every cell's gate bias with `TfForgetBias` (for training to export)."""

@@ -12,6 +12,11 @@ user has set are never changed.
 - With the two files set and `ELMO_DIM` unset, `ELMO_DIM` is read from the options file when
   it is a local file or a published URL; otherwise it stays unset and Jsonnet's error names it.
 
+Why on import, and not where the config is read: AllenNLP reads a config in `Params.from_file`,
+which hands Jsonnet `os.environ` as it is and has no hook for other variables; the plugin's
+import (by `allennlp`, before it reads any config) is the last point this package runs before
+that. Only these three variables are set, only when unset, so nothing the user set changes.
+
 Data paths have no defaults: the task data sets (OntoNotes, CoNLL-2003, ...) cannot be
 downloaded from a public URL, and a made-up default would only move the error elsewhere.
 """

@@ -13,9 +13,11 @@ from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
 
 from elmo_plugin import Elmo, ElmoBiLm, ElmoTokenEmbedder, batch_to_ids
-from elmo_plugin.models.export import export_bilm
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.models.bilm import ElmoBiLmModel
+from elmo_plugin.models.export import export_bilm
+from elmo_plugin.models.trainable_bilm import TrainableBiLm
+from elmo_plugin.weights.formats import read_bilm
 from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import BILM_CONFIGS, bilm_data_overrides
@@ -114,16 +116,15 @@ def test_vocabulary_mismatches_and_missing_vocabularies_are_refused(trained_word
     options_file, weight_file = str(export_dir / "options.json"), str(export_dir / "weights.hdf5")
     other_words = ["<S>", "</S>", "<UNK>", "cat"]
     with pytest.raises(ConfigurationError, match="differs from the one given .* first at id"):
-        ElmoBiLm(options_file, weight_file, vocabulary=other_words)
+        TrainableBiLm(*read_bilm(options_file, weight_file), words=other_words)
     options = ElmoOptions.from_file(options_file)
     word_options = {"lstm": options.to_dict()["lstm"]}
     with pytest.raises(ConfigurationError, match="needs its vocabulary"):
         ElmoBiLm(ElmoOptions.from_dict(word_options), None, random_weights=True)
     with pytest.raises(ConfigurationError, match="lacks <UNK>"):
-        ElmoBiLm(ElmoOptions.from_dict(word_options), None, vocabulary=["<S>", "</S>", "cat"], random_weights=True)
+        TrainableBiLm(ElmoOptions.from_dict(word_options), None, words=["<S>", "</S>", "cat"])
     with pytest.raises(ConfigurationError, match="n_tokens_vocab 5, but the vocabulary has 4"):
-        ElmoBiLm(ElmoOptions.from_dict(dict(word_options, n_tokens_vocab=5)), None, vocabulary=other_words,
-                 random_weights=True)
+        TrainableBiLm(ElmoOptions.from_dict(dict(word_options, n_tokens_vocab=5)), None, words=other_words)
     # Fine-tuning from the exported file with another vocabulary names the problem.
     with pytest.raises(ConfigurationError, match="differs from the one given"):
         ElmoBiLmModel(_vocabulary_of(other_words), options_file=options_file,

@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from elmo_plugin.kernels import threads
+from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
-from elmo_plugin.weights.formats import read_bilm_weights
+from elmo_plugin.weights.formats import read_bilm, read_bilm_weights
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
 
@@ -40,7 +41,9 @@ def test_parametrized_biases_keep_requires_grad():
 def test_a_bilm_with_biases_as_in_the_file_loads_them_unchanged_and_computes_the_same():
     character_ids = torch.randint(1, 200, (2, 4, 50))
     plain = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
-    as_in_file = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, bias_as_in_file=True)
+    as_in_file = TrainableBiLm(*read_bilm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE))  # biases kept as in the file
+    as_in_file.stateful = plain.stateful
+    as_in_file.requires_grad_(False)  # as `plain`: the products of inference, not training's
     in_file = read_bilm_weights(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).arrays
     exported = as_in_file.weight_arrays()
     assert all((exported[name] == array).all() for name, array in in_file.items())
