@@ -13,7 +13,13 @@ from overrides import overrides
 
 from elmo_plugin.commands.errors import add_verbose_argument, one_line_errors
 from elmo_plugin.inference.elmo_embedder import DEFAULT_MAX_TOKENS_PER_BATCH, ElmoEmbedder
-from elmo_plugin.inference.embed_file_options import DEFAULT_BATCH_SIZE, DEFAULT_CHUNK_SIZE, EmbedFileOptions
+from elmo_plugin.inference.embed_file_options import (
+    COMPRESSIONS,
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    DTYPES,
+    EmbedFileOptions,
+)
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -81,6 +87,12 @@ class ElmoCommand(Subcommand):
         subparser.add_argument("--shard-size", type=_byte_count, default=None,
                                help="write the vectors into shards of about this size (e.g. 2G, "
                                "500M) beside the output, which links to them and reads as one file")
+        subparser.add_argument("--dtype", choices=DTYPES, default="float32",
+                               help="the vectors' type in the output: float16 halves its size at a "
+                               "small cost in precision (BENCHMARKS.md)")
+        subparser.add_argument("--compression", type=str, default=None,
+                               help=f"an HDF5 filter for every sentence's vectors: {COMPRESSIONS}; "
+                               "readers decompress transparently")
         subparser.add_argument("--file-friendly-logging", action="store_true",
                                help="progress suited to log files rather than terminals")
         add_verbose_argument(subparser)
@@ -102,6 +114,8 @@ def elmo_command(args: argparse.Namespace) -> None:
         chunk_size=args.chunk_size,
         num_workers=args.num_workers,
         shard_size=args.shard_size,
+        dtype=args.dtype,
+        compression=args.compression,
     )
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
                             stateful=not args.deterministic, precision=args.precision,

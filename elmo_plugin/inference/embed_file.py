@@ -293,6 +293,8 @@ def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, 
         use_sentence_keys=options.use_sentence_keys,
         allow_empty_lines=options.allow_empty_lines,
         shard_size=options.shard_size,
+        dtype=options.dtype,
+        compression=options.compression,
         **identity,
     )
     done_chunks = prepare_partial_dir(partial_dir, settings, options.resume)
@@ -333,7 +335,7 @@ def _embed_share(request: _Request, plan: _Plan, embedder: SentenceEmbedder, ran
         chunk_path = os.path.join(request.partial_dir, chunk_name(chunk_index))
         try:
             _embed_chunk(embedder, chunk_path, chunk_index * plan.chunk_size, lines, plan.batch_size,
-                         request.options.output_format)
+                         request.options)
         except OSError as error:
             raise OSError(
                 error.errno,
@@ -396,7 +398,7 @@ def _embed_chunk(
     first_line: int,
     lines: List[str],
     batch_size: Optional[int],
-    output_format: str,
+    options: EmbedFileOptions,
 ) -> None:
     """
     Embeds one chunk into its own file, keyed by line index, batch by batch (so memory holds
@@ -408,8 +410,8 @@ def _embed_chunk(
         with hdf5_for_writing(temporary_path) as handle:
             lengths = [len(tokens) for tokens in tokenized]
             for positions in _batches(lengths, batch_size, stateful, embedder.max_tokens_per_batch):
-                writer = ChunkWriter(handle, [str(first_line + p) for p in positions], output_format,
-                                     embedder.num_layers, embedder.output_dim)
+                writer = ChunkWriter(handle, [str(first_line + p) for p in positions], options.output_format,
+                                     embedder.num_layers, embedder.output_dim, options.dtype, options.hdf5_filter())
                 embedder.embed_batch_into([tokenized[p] for p in positions], writer)
             carried = embedder.batch_start_state.get()
             if stateful and carried is not None:

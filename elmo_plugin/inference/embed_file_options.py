@@ -8,7 +8,7 @@ share it, a line in `resume.RunSettings`), an argument in `commands/elmo.py`, an
 the engine.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from allennlp.common.checks import ConfigurationError
 
@@ -18,6 +18,9 @@ OUTPUT_FORMATS = ("all", "top", "average")
 DEFAULT_CHUNK_SIZE = 4096
 # Sentences per batch with carried state (0.9's default), and the default of embed_sentences.
 DEFAULT_BATCH_SIZE = 64
+# The vectors' type in the output: float32 (as computed), or float16 (half the size).
+DTYPES = ("float32", "float16")
+COMPRESSIONS = "gzip, gzip:LEVEL (LEVEL 0-9) or lzf"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,13 @@ class EmbedFileOptions:
     shard_size : `int`, optional (default = `None`)
         Write the vectors into shards of about this many bytes beside the output, which then
         holds links to them (read as if the data were in it).
+    dtype : `str`, optional (default = `"float32"`)
+        The vectors' type in the output: `"float32"` as computed, or `"float16"` (half the
+        size; BENCHMARKS.md gives its error).
+    compression : `str`, optional (default = `None`)
+        An HDF5 filter for every sentence's dataset: `"gzip"` (level 4), `"gzip:LEVEL"` (0-9)
+        or `"lzf"`. Each sentence stays its own dataset, so one reads without the others;
+        h5py (and so any reader of the file) decompresses transparently.
     """
 
     output_format: str = "all"
@@ -64,6 +74,8 @@ class EmbedFileOptions:
     chunk_size: int = DEFAULT_CHUNK_SIZE
     num_workers: int = 1
     shard_size: Optional[int] = None
+    dtype: str = "float32"
+    compression: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
@@ -76,6 +88,20 @@ class EmbedFileOptions:
             raise ConfigurationError(f"num_workers must be positive, got {self.num_workers}")
         if self.shard_size is not None and self.shard_size < 1:
             raise ConfigurationError(f"shard_size must be positive (bytes per shard), got {self.shard_size}")
+        if self.dtype not in DTYPES:
+            raise ConfigurationError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        self.hdf5_filter()  # checks `compression`
+
+    def hdf5_filter(self) -> Dict[str, Any]:
+        """`compression` as h5py's `create_dataset` arguments (none without compression)."""
+        if self.compression is None:
+            return {}
+        name, _, level = self.compression.partition(":")
+        if name == "lzf" and not level:
+            return {"compression": "lzf"}
+        if name == "gzip" and (not level or (level.isascii() and level.isdigit() and int(level) <= 9)):
+            return {"compression": "gzip", "compression_opts": int(level) if level else 4}
+        raise ConfigurationError(f"compression must be {COMPRESSIONS}, got {self.compression!r}")
 
     def batch_size_for(self, stateful: bool) -> Optional[int]:
         """The batch size a run uses: 0.9's default with carried state when none is given."""

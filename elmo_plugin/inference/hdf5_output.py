@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import re
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import h5py
 import numpy
@@ -78,18 +78,27 @@ class ChunkWriter:
     """A batch's vectors into a chunk file, in the output format; a sentence that comes in
     segments (`ElmoEmbedder.embed_batch_into`) is written segment by segment into its dataset."""
 
-    def __init__(self, handle: h5py.File, keys: List[str], output_format: str, num_layers: int, dim: int) -> None:
+    def __init__(
+        self, handle: h5py.File, keys: List[str], output_format: str, num_layers: int, dim: int,
+        dtype: str = "float32", hdf5_filter: Optional[Dict[str, Any]] = None,
+    ) -> None:
         self._handle, self._keys, self._format = handle, keys, output_format
         self._num_layers, self._dim = num_layers, dim
+        self._dtype, self._filter = numpy.dtype(dtype), hdf5_filter or {}
+
+    def _filter_for(self, shape: Tuple[int, ...]) -> Dict[str, Any]:
+        # HDF5 filters need chunked storage, which an empty dataset (a blank line) cannot have.
+        return self._filter if all(shape) else {}
 
     def whole(self, row: int, embedding: numpy.ndarray) -> None:
+        data = reduce_layers(embedding, self._format).astype(self._dtype)
         with hdf5_errors_as_os_errors():
-            self._handle.create_dataset(self._keys[row], data=reduce_layers(embedding, self._format).astype(numpy.float32))
+            self._handle.create_dataset(self._keys[row], data=data, **self._filter_for(data.shape))
 
     def start_segments(self, row: int, num_tokens: int) -> None:
         shape = (self._num_layers, num_tokens, self._dim) if self._format == "all" else (num_tokens, self._dim)
         with hdf5_errors_as_os_errors():
-            self._handle.create_dataset(self._keys[row], shape=shape, dtype=numpy.float32)
+            self._handle.create_dataset(self._keys[row], shape=shape, dtype=self._dtype, **self._filter_for(shape))
 
     def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
         columns = direction_columns(direction, self._dim)
@@ -176,7 +185,8 @@ def _copy_dataset(source: h5py.Dataset, target: h5py.Group, name: str) -> None:
     if source.nbytes <= _COPY_BLOCK_BYTES:
         source.parent.copy(source, target, name=name)
         return
-    copy = target.create_dataset(name, shape=source.shape, dtype=source.dtype)
+    filters = {"compression": source.compression, "compression_opts": source.compression_opts} if source.compression else {}
+    copy = target.create_dataset(name, shape=source.shape, dtype=source.dtype, chunks=source.chunks, **filters)
     token_axis = source.ndim - 2  # (layers, tokens, dim) or (tokens, dim)
     tokens_per_block = max(1, _COPY_BLOCK_BYTES * source.shape[token_axis] // source.nbytes)
     for start in range(0, source.shape[token_axis], tokens_per_block):

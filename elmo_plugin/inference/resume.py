@@ -37,6 +37,8 @@ class RunSettings:
     use_sentence_keys: bool
     allow_empty_lines: bool
     shard_size: Optional[int]
+    dtype: str
+    compression: Optional[str]
     model: str
     precision: str
     device: str

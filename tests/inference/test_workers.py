@@ -203,3 +203,14 @@ def test_more_workers_than_cores_are_warned_about_before_they_start(monkeypatch,
     with pytest.raises(RuntimeError, match="not started"):
         workers.spawn_workers(lambda embedder: None, None, 12, "out.hdf5")
     assert "12 workers on 2 CPU cores" in caplog.text
+
+
+def test_two_workers_write_float16_gzip_as_one_process_does(single_process_output, tmp_path):
+    input_path, _ = single_process_output
+    small = dict(OPTIONS, dtype="float16", compression="gzip")
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), str(tmp_path / "one.hdf5"), **small)
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(
+        str(input_path), str(tmp_path / "two.hdf5"), num_workers=2, **small)
+    assert_identical(tmp_path / "two.hdf5", read_hdf5(tmp_path / "one.hdf5"))
+    with h5py.File(tmp_path / "two.hdf5", "r") as handle:
+        assert handle["0"].dtype == numpy.float16 and handle["0"].compression == "gzip"
