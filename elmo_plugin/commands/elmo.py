@@ -20,6 +20,7 @@ from elmo_plugin.inference.embed_file_options import (
     DTYPES,
     EmbedFileOptions,
 )
+from elmo_plugin.inference.output_vectors import SENTENCE_VECTORS
 from elmo_plugin.kernels.reduced_precision import FLOAT32, PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,14 @@ class ElmoCommand(Subcommand):
         layers.add_argument("--all", action="store_true", help="write all three layers")
         layers.add_argument("--top", action="store_true", help="write the top layer")
         layers.add_argument("--average", action="store_true", help="write the average of the layers")
+        layers.add_argument("--mix", type=str, default=None, metavar="WEIGHTS[:GAMMA] or FILE",
+                            help="write gamma * sum_k softmax(w)_k * layer_k: one weight per layer "
+                            "and an optional gamma (0.1,0.5,-0.3:1.25), or a scalar_mix.json "
+                            "(allennlp elmo-import writes a TF-Hub module's; its 'elmo' output)")
+        subparser.add_argument("--sentence-vectors", choices=SENTENCE_VECTORS, default=None,
+                               help="one vector per line instead of per token: the mean of the "
+                               "written layers over the line's tokens (zeros for an empty line), "
+                               "or that mean scaled to unit length")
         subparser.add_argument("--options-file", type=str, default=None,
                                help="biLM options JSON (path or URL); without either file: the "
                                "original ELMo")
@@ -104,7 +113,7 @@ def elmo_command(args: argparse.Namespace) -> None:
     # Read by allennlp's Tqdm: fewer, newline-terminated progress updates.
     common_logging.FILE_FRIENDLY_LOGGING = args.file_friendly_logging
     options = EmbedFileOptions(
-        output_format="all" if args.all else "top" if args.top else "average",
+        output_format="all" if args.all else "top" if args.top else "average" if args.average else "mix",
         batch_size=args.batch_size,
         forget_sentences=args.forget_sentences,
         use_sentence_keys=args.use_sentence_keys,
@@ -116,6 +125,8 @@ def elmo_command(args: argparse.Namespace) -> None:
         shard_size=args.shard_size,
         dtype=args.dtype,
         compression=args.compression,
+        mix=args.mix,
+        sentence_vectors=args.sentence_vectors,
     )
     embedder = ElmoEmbedder(args.options_file, args.weight_file, args.cuda_device,
                             stateful=not args.deterministic, precision=args.precision,

@@ -16,6 +16,7 @@ from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.embed_file import embed_file
 from elmo_plugin.inference.embed_file_options import DEFAULT_BATCH_SIZE, EmbedFileOptions
+from elmo_plugin.inference.output_vectors import LayerMix
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.segmented_reading import direction_columns
 from elmo_plugin.modules.settings import ElmoSettings
@@ -248,6 +249,39 @@ class ElmoEmbedder:
             raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
         for batch in lazy_groups_of(iter(sentences), batch_size):
             yield from self.embed_batch(batch)
+
+    def embed_batch_sentence_vectors(
+        self,
+        batch: List[List[str]],
+        mode: str = "mean",
+        output_format: str = "all",
+        mix: Optional[Union[LayerMix, str]] = None,
+    ) -> List[numpy.ndarray]:
+        """
+        One vector per sentence of `batch`: the `mode` (`"mean"` or `"unit-mean"`) over its
+        tokens of the layers `output_format` chooses (`(num_layers, output_dim)` for `"all"`,
+        `(output_dim,)` otherwise; `"mix"` with `mix`, a `LayerMix` or what `LayerMix.parse`
+        reads). `<S>` and `</S>` are never counted; an empty sentence's vector is zeros.
+        The same vectors as `allennlp elmo --sentence-vectors`, as float32.
+        """
+        output = EmbedFileOptions(output_format=output_format, mix=mix, sentence_vectors=mode).output_vectors()
+        if output.mix is not None:
+            output.mix.check(self.num_layers)
+        return [output.of_sentence(layers).astype(numpy.float32) for layers in self.embed_batch(batch)]
+
+    def embed_sentence_vectors(
+        self,
+        sentences: Iterable[List[str]],
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        mode: str = "mean",
+        output_format: str = "all",
+        mix: Optional[Union[LayerMix, str]] = None,
+    ) -> Iterator[numpy.ndarray]:
+        """Lazily, `embed_batch_sentence_vectors` of `sentences`, `batch_size` at a time, in order."""
+        if batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
+        for batch in lazy_groups_of(iter(sentences), batch_size):
+            yield from self.embed_batch_sentence_vectors(batch, mode, output_format, mix)
 
     def embed_file(
         self,

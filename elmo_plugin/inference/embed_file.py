@@ -156,6 +156,8 @@ def embed_file(
         Everything else (`embed_file_options`).
     """
     request = _Request(input_path, output_path, options)
+    if options.mix is not None:
+        options.mix.check(embedder.num_layers)
     _check_paths(input_path, output_path, options.overwrite)
     if options.num_workers == 1:
         with workers.process_group_of_launcher():
@@ -295,6 +297,8 @@ def _prepare(request: _Request, embedder: SentenceEmbedder, identity: Dict[str, 
         shard_size=options.shard_size,
         dtype=options.dtype,
         compression=options.compression,
+        mix=None if options.mix is None else [*options.mix.weights, options.mix.gamma],
+        sentence_vectors=options.sentence_vectors,
         **identity,
     )
     done_chunks = prepare_partial_dir(partial_dir, settings, options.resume)
@@ -410,7 +414,7 @@ def _embed_chunk(
         with hdf5_for_writing(temporary_path) as handle:
             lengths = [len(tokens) for tokens in tokenized]
             for positions in _batches(lengths, batch_size, stateful, embedder.max_tokens_per_batch):
-                writer = ChunkWriter(handle, [str(first_line + p) for p in positions], options.output_format,
+                writer = ChunkWriter(handle, [str(first_line + p) for p in positions], options.output_vectors(),
                                      embedder.num_layers, embedder.output_dim, options.dtype, options.hdf5_filter())
                 embedder.embed_batch_into([tokenized[p] for p in positions], writer)
             carried = embedder.batch_start_state.get()

@@ -8,11 +8,12 @@ share it, a line in `resume.RunSettings`), an argument in `commands/elmo.py`, an
 the engine.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
-OUTPUT_FORMATS = ("all", "top", "average")
+from elmo_plugin.inference.output_vectors import OUTPUT_FORMATS, SENTENCE_VECTORS, LayerMix, OutputVectors
+
 # Lines per chunk: the unit of sorting, of resuming, of sharing out among processes and of
 # what an interrupt can lose.
 DEFAULT_CHUNK_SIZE = 4096
@@ -29,7 +30,8 @@ class EmbedFileOptions:
     # Parameters
 
     output_format : `str`, optional (default = `"all"`)
-        `"all"` (every layer), `"top"` (the last layer) or `"average"` (their mean).
+        `"all"` (every layer), `"top"` (the last layer), `"average"` (their mean) or `"mix"`
+        (the layers mixed with `mix`'s weights).
     batch_size : `int`, optional (default = `None`)
         Sentences per batch: in stateful mode exactly (0.9's batches; `DEFAULT_BATCH_SIZE` if
         not given), in deterministic mode at most, besides the token budget (if not given, the
@@ -62,6 +64,13 @@ class EmbedFileOptions:
         An HDF5 filter for every sentence's dataset: `"gzip"` (level 4), `"gzip:LEVEL"` (0-9)
         or `"lzf"`. Each sentence stays its own dataset, so one reads without the others;
         h5py (and so any reader of the file) decompresses transparently.
+    mix : `Union[LayerMix, str]`, optional (default = `None`)
+        With `output_format="mix"`: the layer weights (before their softmax) and gamma, as a
+        `LayerMix` or as `LayerMix.parse` reads them (`"w0,w1,w2[:gamma]"`, or a
+        `scalar_mix.json`). A TF-Hub module's mix gives its `elmo` output.
+    sentence_vectors : `str`, optional (default = `None`)
+        One vector per line instead of one per token: `"mean"` or `"unit-mean"` of the
+        written layers (see `OutputVectors`).
     """
 
     output_format: str = "all"
@@ -76,6 +85,8 @@ class EmbedFileOptions:
     shard_size: Optional[int] = None
     dtype: str = "float32"
     compression: Optional[str] = None
+    mix: Optional[Union[LayerMix, str]] = None
+    sentence_vectors: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.output_format not in OUTPUT_FORMATS:
@@ -88,6 +99,18 @@ class EmbedFileOptions:
             raise ConfigurationError(f"num_workers must be positive, got {self.num_workers}")
         if self.shard_size is not None and self.shard_size < 1:
             raise ConfigurationError(f"shard_size must be positive (bytes per shard), got {self.shard_size}")
+        if isinstance(self.mix, str):
+            object.__setattr__(self, "mix", LayerMix.parse(self.mix))  # frozen: parsed once, here
+        if (self.output_format == "mix") != (self.mix is not None):
+            raise ConfigurationError(
+                "mix: give the layer weights (--mix) as the output format, instead of "
+                f"--all/--top/--average (output_format='mix' with mix=...); got output_format="
+                f"{self.output_format!r} and mix={self.mix!r}"
+            )
+        if self.sentence_vectors not in (None, *SENTENCE_VECTORS):
+            raise ConfigurationError(
+                f"sentence_vectors must be one of {SENTENCE_VECTORS}, got {self.sentence_vectors!r}"
+            )
         if self.dtype not in DTYPES:
             raise ConfigurationError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         self.hdf5_filter()  # checks `compression`
@@ -102,6 +125,9 @@ class EmbedFileOptions:
         if name == "gzip" and (not level or (level.isascii() and level.isdigit() and int(level) <= 9)):
             return {"compression": "gzip", "compression_opts": int(level) if level else 4}
         raise ConfigurationError(f"compression must be {COMPRESSIONS}, got {self.compression!r}")
+
+    def output_vectors(self) -> OutputVectors:
+        return OutputVectors(self.output_format, self.mix, self.sentence_vectors)  # type: ignore[arg-type]
 
     def batch_size_for(self, stateful: bool) -> Optional[int]:
         """The batch size a run uses: 0.9's default with carried state when none is given."""

@@ -23,6 +23,7 @@ import numpy
 import torch
 
 from elmo_plugin.common.atomic_file import atomic_output_path
+from elmo_plugin.inference.output_vectors import OutputVectors
 from elmo_plugin.modules.segmented_reading import direction_columns
 
 logger = logging.getLogger(__name__)
@@ -37,15 +38,6 @@ _COPY_BLOCK_BYTES = 16 * 2**20
 
 def chunk_name(chunk_index: int) -> str:
     return f"chunk_{chunk_index:07d}.hdf5"
-
-
-def reduce_layers(embedding: numpy.ndarray, output_format: str) -> numpy.ndarray:
-    """`(num_layers, tokens, dim)` -> what `output_format` stores."""
-    if output_format == "top":
-        return embedding[-1]
-    if output_format == "average":
-        return numpy.average(embedding, axis=0)
-    return embedding
 
 
 @contextlib.contextmanager
@@ -75,41 +67,50 @@ def hdf5_for_writing(path: str) -> Iterator[h5py.File]:
 
 
 class ChunkWriter:
-    """A batch's vectors into a chunk file, in the output format; a sentence that comes in
-    segments (`ElmoEmbedder.embed_batch_into`) is written segment by segment into its dataset."""
+    """A batch's vectors into a chunk file, as `output` says (`OutputVectors`); a sentence that
+    comes in segments (`ElmoEmbedder.embed_batch_into`) is written segment by segment into its
+    dataset (its sentence vector rewritten from the running sum after each segment)."""
 
     def __init__(
-        self, handle: h5py.File, keys: List[str], output_format: str, num_layers: int, dim: int,
+        self, handle: h5py.File, keys: List[str], output: OutputVectors, num_layers: int, dim: int,
         dtype: str = "float32", hdf5_filter: Optional[Dict[str, Any]] = None,
     ) -> None:
-        self._handle, self._keys, self._format = handle, keys, output_format
+        self._handle, self._keys, self._output = handle, keys, output
         self._num_layers, self._dim = num_layers, dim
         self._dtype, self._filter = numpy.dtype(dtype), hdf5_filter or {}
+        # Sentence vectors of segmented rows: (float64 sum over the tokens so far, tokens).
+        self._sums: Dict[int, Tuple[numpy.ndarray, int]] = {}
 
     def _filter_for(self, shape: Tuple[int, ...]) -> Dict[str, Any]:
         # HDF5 filters need chunked storage, which an empty dataset (a blank line) cannot have.
         return self._filter if all(shape) else {}
 
     def whole(self, row: int, embedding: numpy.ndarray) -> None:
-        data = reduce_layers(embedding, self._format).astype(self._dtype)
+        data = self._output.of_sentence(embedding).astype(self._dtype)
         with hdf5_errors_as_os_errors():
             self._handle.create_dataset(self._keys[row], data=data, **self._filter_for(data.shape))
 
     def start_segments(self, row: int, num_tokens: int) -> None:
-        shape = (self._num_layers, num_tokens, self._dim) if self._format == "all" else (num_tokens, self._dim)
+        shape = self._output.shape(self._num_layers, num_tokens, self._dim)
+        if self._output.sentence_vectors:
+            self._sums[row] = (numpy.zeros(shape, dtype=numpy.float64), num_tokens)
         with hdf5_errors_as_os_errors():
             self._handle.create_dataset(self._keys[row], shape=shape, dtype=self._dtype, **self._filter_for(shape))
 
     def segment(self, row: int, direction: str, start: int, stop: int, layers: List[torch.Tensor]) -> None:
         columns = direction_columns(direction, self._dim)
-        # (layers, tokens, half): the output format applied to one direction's half.
-        halves = numpy.stack([layer.cpu().numpy() for layer in layers])
+        # (layers, tokens, half): the output's layers of one direction's half.
+        reduced = self._output.layers(numpy.stack([layer.cpu().numpy() for layer in layers]))
         dataset = self._handle[self._keys[row]]
         with hdf5_errors_as_os_errors():
-            if self._format == "all":
-                dataset[:, start:stop, columns] = halves
+            if self._output.sentence_vectors:
+                total, num_tokens = self._sums[row]
+                total[..., columns] += self._output.token_sum(reduced)
+                dataset[...] = self._output.sentence(total, num_tokens)
+            elif self._output.output_format == "all":
+                dataset[:, start:stop, columns] = reduced
             else:
-                dataset[start:stop, columns] = reduce_layers(halves, self._format)
+                dataset[start:stop, columns] = reduced
 
 
 def shard_path(output_path: str, shard: int) -> str:

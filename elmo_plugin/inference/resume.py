@@ -9,7 +9,7 @@ import json
 import logging
 import os
 from dataclasses import asdict, dataclass
-from typing import Iterator, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import filelock
 import h5py
@@ -39,6 +39,8 @@ class RunSettings:
     shard_size: Optional[int]
     dtype: str
     compression: Optional[str]
+    mix: Optional[List[float]]  # the weights, then gamma
+    sentence_vectors: Optional[str]
     model: str
     precision: str
     device: str

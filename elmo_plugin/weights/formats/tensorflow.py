@@ -46,6 +46,15 @@ SAVED_MODEL_NAMES = ("saved_model.pb", "tfhub_module.pb")
 SAVED_MODEL_VARIABLES = os.path.join("variables", "variables")
 AGGREGATION_WEIGHTS = "aggregation/weights"
 AGGREGATION_SCALING = "aggregation/scaling"
+# DeepPavlov's modules (its elmo2tfhub) name the same mix so.
+DEEPPAVLOV_WEIGHTS = "aggregation/elmo_output_ELMo_W"
+DEEPPAVLOV_GAMMA = "aggregation/elmo_output_ELMo_gamma"
+# (weights, gamma) of the layer mixes a module may hold, and whose `default` output is the
+# mean over tokens of the mix with gamma (google/elmo) or without it (DeepPavlov).
+LAYER_MIXES = (
+    (AGGREGATION_WEIGHTS, AGGREGATION_SCALING, "google"),
+    (DEEPPAVLOV_WEIGHTS, DEEPPAVLOV_GAMMA, "deeppavlov"),
+)
 SCALAR_MIX = "scalar_mix"
 
 # What the shapes cannot show: the published ELMo's values (and bilm-tf's usual recipe).
@@ -207,7 +216,7 @@ def _biLM_variables(bundle: TensorBundle, source: str) -> Dict[str, str]:
         if target is not None:
             found[target] = name
             prefixes.add(match.group("scope"))  # type: ignore[union-attr]
-        elif name not in (AGGREGATION_WEIGHTS, AGGREGATION_SCALING) and not _BOOKKEEPING.search(name):
+        elif not any(name in mix[:2] for mix in LAYER_MIXES) and not _BOOKKEEPING.search(name):
             unknown.append(name)
     if len(prefixes) > 1:
         raise ConfigurationError(
@@ -389,11 +398,16 @@ def _check_against_options(
 
 
 def _aggregation(bundle: TensorBundle) -> Optional[Dict[str, object]]:
-    """google/elmo's trained layer mix (`aggregation/weights`, softmax-normalised, and
-    `aggregation/scaling`), as `Elmo`'s `scalar_mix_parameters` and gamma."""
-    if AGGREGATION_WEIGHTS not in bundle.entries:
-        return None
-    mix: Dict[str, object] = {"scalar_mix_parameters": [float(v) for v in bundle.tensor(AGGREGATION_WEIGHTS)]}
-    if AGGREGATION_SCALING in bundle.entries:
-        mix["gamma"] = float(bundle.tensor(AGGREGATION_SCALING))
-    return mix
+    """A TF-Hub module's trained layer mix (google/elmo's `aggregation/weights` and
+    `aggregation/scaling`, or DeepPavlov's `aggregation/elmo_output_ELMo_W` and `_gamma`): the
+    weights before their softmax, as `Elmo`'s `scalar_mix_parameters`, gamma, and whose it is."""
+    for weights, gamma, made_by in LAYER_MIXES:
+        if weights in bundle.entries:
+            mix: Dict[str, object] = {
+                "scalar_mix_parameters": [float(v) for v in numpy.ravel(bundle.tensor(weights))],
+                "made_by": made_by,
+            }
+            if gamma in bundle.entries:
+                mix["gamma"] = float(numpy.ravel(bundle.tensor(gamma))[0])
+            return mix
+    return None
