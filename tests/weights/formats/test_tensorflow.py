@@ -209,3 +209,30 @@ def test_a_tf_hub_download_as_its_tarball(tmp_path, cache_directory):
     imported = dump(paths["weights"])
     for name, array in expected.items():
         numpy.testing.assert_array_equal(imported[name], array, err_msg=name)
+
+
+@pytest.mark.parametrize("made_by, module, weights, gamma", [
+    ("google", "hub_module", [0.1, 0.5, -0.3], 1.25),
+    ("deeppavlov", "deeppavlov_module", [0.4, -0.2, 0.7], 0.8),
+])
+def test_a_tf_hub_modules_elmo_and_default_outputs(tmp_path, made_by, module, weights, gamma):
+    # TensorFlow's own outputs of the module (make_fixtures.py: carried state, one sentence a run).
+    from elmo_plugin import ElmoEmbedder
+    from elmo_plugin.inference.output_vectors import LayerMix
+
+    paths = convert_bilm(str(TENSORFLOW_FIXTURES / module), str(tmp_path / "imported"))
+    mix = json.loads(open(paths["scalar_mix"]).read())
+    assert mix["scalar_mix_parameters"] == pytest.approx(weights) and mix["gamma"] == pytest.approx(gamma)
+    assert mix["made_by"] == made_by
+    sentences = json.loads((TENSORFLOW_FIXTURES / "sentences.json").read_text())
+    token_embedder = ElmoEmbedder(weight_file=str(TENSORFLOW_FIXTURES / module), stateful=True)
+    sentence_embedder = ElmoEmbedder(paths["options"], paths["weights"], stateful=True)
+    layer_mix = LayerMix.parse(paths["scalar_mix"])
+    with h5py.File(TENSORFLOW_FIXTURES / "hub_outputs.hdf5", "r") as expected:
+        for index, sentence in enumerate(sentences):
+            elmo = layer_mix.apply(token_embedder.embed_sentence(sentence))
+            numpy.testing.assert_allclose(elmo, expected[f"{made_by}/elmo/{index}"][...], atol=2e-6, rtol=0)
+            (default,) = sentence_embedder.embed_batch_sentence_vectors([sentence], "mean", "mix", paths["scalar_mix"])
+            # google's `default` is the mean of `elmo`; DeepPavlov's leaves gamma out.
+            scale = 1.0 if made_by == "google" else gamma
+            numpy.testing.assert_allclose(default / scale, expected[f"{made_by}/default/{index}"][...], atol=2e-6, rtol=0)
