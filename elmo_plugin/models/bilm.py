@@ -391,6 +391,28 @@ class ElmoBiLmModel(Model):
             "previous_word_log_probs": backward_all[:, 0],
         }
 
+    def word_distributions(self, tokens: TextFieldTensors) -> Dict[str, torch.Tensor]:
+        """
+        Full-softmax distributions at every word of sentence instances, from each side (call it
+        in eval mode), in one pass: what could stand at each position.
+
+        # Returns
+
+        `forward_log_probs` : (batch, n, vocabulary), log P(. | w_<i) at each word w_i (the
+        forward LM from the left context).
+        `backward_log_probs` : (batch, n, vocabulary), log P(. | w_>i) (the backward LM from
+        the right context).
+        `mask` : (batch, n), the real words.
+        """
+        forward_output, backward_output, _, mask = self._read_sentences(tokens)
+        # Forward outputs at <S>, w_1 ... w_n predict w_1 ... w_n, </S>; backward outputs at
+        # w_1 ... w_n, </S> predict <S>, w_1 ... w_n (`score_sentences`).
+        return {
+            "forward_log_probs": self.log_probabilities(forward_output)[:, :-1],
+            "backward_log_probs": self.log_probabilities(backward_output)[:, 1:],
+            "mask": mask[:, 1:],
+        }
+
     def _window_start_state(
         self, metadata: List[Dict[str, int]], reference: torch.Tensor
     ) -> LstmState:

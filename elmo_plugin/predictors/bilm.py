@@ -40,6 +40,12 @@ class ElmoBiLmPredictor(Predictor):
       `backward_log_prob` likewise with the opening `<S>`) and their mean `log_prob`; per word
       the surprisal in bits under each LM (`forward_surprisal`, `backward_surprisal`) and their
       mean (`surprisal`).
+    - `{"sentence": "the cat sat .", "substitutes": true, "top_k": 5}` -> `substitutes`: for
+      each word, what could stand there in context (lexical substitution, word-sense
+      induction): the forward LM's top words from the left context (`forward`), the backward
+      LM's from the right context (`backward`) and their combination (`combined`: the product
+      of the two probabilities, renormalised over the vocabulary), from one pass over the
+      sentence. `<S>` and `</S>` are never substitutes.
 
     Unknown words: the char CNN reads every word, so an out-of-vocabulary word in the context
     is used like any other. As a predicted or scored word it is `<UNK>`, which stands for all
@@ -73,6 +79,9 @@ class ElmoBiLmPredictor(Predictor):
     def score(self, sentence: Any) -> JsonDict:
         return self.predict_json({"sentence": sentence})
 
+    def substitutes(self, sentence: Any, top_k: int = 10) -> JsonDict:
+        return self.predict_json({"sentence": sentence, "substitutes": True, "top_k": top_k})
+
     @overrides
     def predict_json(self, inputs: JsonDict) -> JsonDict:
         return self.predict_batch_json([inputs])[0]
@@ -81,9 +90,15 @@ class ElmoBiLmPredictor(Predictor):
     def predict_batch_json(self, inputs: List[JsonDict]) -> List[JsonDict]:
         requests = [self._parse_request(json_dict) for json_dict in inputs]
         instances = [self._json_to_instance(json_dict) for json_dict in inputs]
-        scores = self._score_instances(instances)
+        wants_substitutes = [json_dict.get("substitutes") is True for json_dict in inputs]
+        scores = self._score_instances(instances) if not all(wants_substitutes) else {}
+        substitute_instances = [instance for instance, wanted in zip(instances, wants_substitutes) if wanted]
+        distributions = iter(self._word_distributions(substitute_instances)) if substitute_instances else iter(())
         outputs = []
         for index, (kind, words, top_k) in enumerate(requests):
+            if wants_substitutes[index]:
+                outputs.append(sanitize(self._substitutes(words, next(distributions), top_k)))
+                continue
             row = {name: value[index] for name, value in scores.items()}
             if kind == "prefix":
                 output = {"prefix": [t.text for t in words],
@@ -126,6 +141,12 @@ class ElmoBiLmPredictor(Predictor):
                 f"elmo_bilm predictor: '{kind}' must be a string or a list of non-empty strings; "
                 f"got {text!r}."
             )
+        substitutes = json_dict.get("substitutes", False)
+        if not isinstance(substitutes, bool) or (substitutes and kind != "sentence"):
+            raise ConfigurationError(
+                "elmo_bilm predictor: 'substitutes' is true or false, and goes with 'sentence'; "
+                f"got {substitutes!r} with '{kind}'."
+            )
         top_k = json_dict.get("top_k", 10)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ConfigurationError(f"elmo_bilm predictor: 'top_k' must be a positive integer; got {top_k!r}.")
@@ -139,6 +160,36 @@ class ElmoBiLmPredictor(Predictor):
         with torch.no_grad():
             scores = model.score_sentences(tensors["tokens"])  # type: ignore
         return {name: list(value.cpu()) for name, value in scores.items()}
+
+    def _word_distributions(self, instances: List[Instance]) -> List[Dict[str, torch.Tensor]]:
+        """Per instance: its words' forward and backward log-distributions, (n, vocabulary)."""
+        model = self._model
+        dataset = Batch(instances)
+        dataset.index_instances(model.vocab)
+        tensors = nn_util.move_to_device(dataset.as_tensor_dict(), model._get_prediction_device())
+        with torch.no_grad():
+            result = model.word_distributions(tensors["tokens"])  # type: ignore
+        rows = []
+        for index, length in enumerate(result["mask"].sum(dim=1).tolist()):
+            rows.append({name: result[name][index, :length].cpu() for name in ("forward_log_probs", "backward_log_probs")})
+        return rows
+
+    def _substitutes(self, words: List[Token], row: Dict[str, torch.Tensor], top_k: int) -> JsonDict:
+        boundaries = [self._word_ids[BOS], self._word_ids[EOS]]
+        forward, backward = row["forward_log_probs"].clone(), row["backward_log_probs"].clone()
+        forward[:, boundaries] = -math.inf
+        backward[:, boundaries] = -math.inf
+        # The product of the two probabilities, renormalised: log-softmax of the sum.
+        combined = torch.log_softmax(forward + backward, dim=-1)
+        positions = []
+        for position, word in enumerate(words):
+            positions.append({
+                "word": word.text,
+                "forward": self._top_words(forward[position], top_k, BOS),
+                "backward": self._top_words(backward[position], top_k, EOS),
+                "combined": self._top_words(combined[position], top_k, BOS),
+            })
+        return {"tokens": [t.text for t in words], "substitutes": positions}
 
     def _top_words(self, log_probs: torch.Tensor, top_k: int, impossible: str) -> List[JsonDict]:
         probabilities = log_probs.exp()

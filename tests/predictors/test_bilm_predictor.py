@@ -142,3 +142,50 @@ def test_allennlp_predict_on_json_lines(trained_tiny_bilm, tmp_path):
     lines = [json.loads(line) for line in output_file.read_text().splitlines()]
     assert lines[0]["next_words"][0]["word"] == "networks" and len(lines[0]["next_words"]) == 2
     assert lines[1]["forward_tokens"][-1] == "</S>"
+
+
+def test_substitutes_are_next_and_previous_words_position_by_position(predictor):
+    words = SEEN.split()
+    vocabulary_size = predictor._model.vocab.get_vocab_size(LM_NAMESPACE)
+    result = predictor.substitutes(SEEN, top_k=5)
+    assert result["tokens"] == words and len(result["substitutes"]) == len(words)
+
+    def as_dict(listed, drop):
+        return {entry["word"]: entry["probability"] for entry in listed if entry["word"] != drop}
+
+    for position, found in enumerate(result["substitutes"]):
+        assert found["word"] == words[position]
+        # The forward LM from the left context is next_words after the words before it ...
+        forward = as_dict(predictor.next_words(words[:position], top_k=vocabulary_size)["next_words"], "</S>")
+        # ... the backward LM from the right context is previous_words before the words after it.
+        backward = as_dict(predictor.previous_words(words[position + 1:], top_k=vocabulary_size)["previous_words"], "<S>")
+        for side, full in (("forward", forward), ("backward", backward)):
+            expected = sorted(full.items(), key=lambda item: -item[1])[:5]
+            assert [entry["word"] for entry in found[side]] == [word for word, _ in expected]
+            assert [entry["probability"] for entry in found[side]] == pytest.approx([p for _, p in expected], abs=1e-5)
+        # Combined: the product of the two, renormalised over the words both can give.
+        product = {word: forward[word] * backward[word] for word in forward.keys() & backward.keys()}
+        total = sum(product.values())
+        expected = sorted(product.items(), key=lambda item: -item[1])[:5]
+        assert [entry["word"] for entry in found["combined"]] == [word for word, _ in expected]
+        assert [entry["probability"] for entry in found["combined"]] == pytest.approx(
+            [p / total for _, p in expected], abs=1e-5)
+
+
+def test_substitutes_in_a_batch_equal_single_requests(predictor):
+    requests = [{"sentence": SEEN, "substitutes": True, "top_k": 3}, {"prefix": "neural"},
+                {"sentence": SEEN_TOO, "substitutes": True, "top_k": 3}]
+    batched = predictor.predict_batch_json(requests)
+    for request, output in zip(requests, batched):
+        single = predictor.predict_json(request)
+        if "substitutes" not in request:
+            assert output["next_words"][0]["word"] == single["next_words"][0]["word"]
+            continue
+        assert output["tokens"] == single["tokens"]
+        for ours, alone in zip(output["substitutes"], single["substitutes"]):
+            for side in ("forward", "backward", "combined"):  # the same words, to float rounding
+                assert [e["word"] for e in ours[side]] == [e["word"] for e in alone[side]]
+                assert [e["probability"] for e in ours[side]] == pytest.approx(
+                    [e["probability"] for e in alone[side]], abs=1e-6)
+    with pytest.raises(ConfigurationError, match="'substitutes' is true or false, and goes with 'sentence'"):
+        predictor.predict_json({"prefix": "neural", "substitutes": True})
