@@ -89,6 +89,16 @@ class ElmoBiLm(torch.nn.Module):
             )
         self._build(options, weights, settings)
 
+    @classmethod
+    def from_weights(cls, options: ElmoOptions, weights: BiLmWeights, settings: ElmoSettings = ElmoSettings()) -> "ElmoBiLm":
+        """A biLM from weights already read (`read_bilm_weights`), run as `settings` say."""
+        if weights is None:
+            raise ConfigurationError("ElmoBiLm.from_weights needs weights (random ones: ElmoBiLm(..., random_weights=True)).")
+        bilm = cls.__new__(cls)
+        torch.nn.Module.__init__(bilm)
+        bilm._build(options, weights, settings)
+        return bilm
+
     # What a biLM being trained changes (`models/trainable_bilm.py`).
 
     def _words_to_train(self) -> Optional[List[str]]:

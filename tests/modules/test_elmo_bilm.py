@@ -1,6 +1,7 @@
 
 import pytest
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.testing import AllenNlpTestCase
 from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
 
@@ -144,3 +145,19 @@ def test_copies_and_pickles_compute_what_the_original_does():
         with torch.no_grad():
             for ours, theirs in zip(copied(ids)["activations"], expected):
                 assert torch.equal(ours, theirs)
+
+
+def test_a_bilm_from_weights_already_read_is_the_one_from_its_files():
+    from elmo_plugin.modules.settings import ElmoSettings
+    from elmo_plugin.weights.formats import read_bilm_weights
+
+    weights = read_bilm_weights(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
+    settings = ElmoSettings(stateful=False)
+    from_weights = ElmoBiLm.from_weights(weights.options, weights, settings)
+    from_files = ElmoBiLm.from_settings(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, settings)
+    ids = batch_to_ids([["The", "cat"], ["a"]])
+    with torch.no_grad():
+        for ours, theirs in zip(from_weights(ids)["activations"], from_files(ids)["activations"]):
+            assert torch.equal(ours, theirs)
+    with pytest.raises(ConfigurationError, match="needs weights"):
+        ElmoBiLm.from_weights(weights.options, None)
