@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict, sanitize
-from allennlp.data import Batch, DatasetReader, Instance, Token
+from allennlp.data import Batch, DatasetReader, Instance, TextFieldTensors, Token
 from allennlp.models import Model
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
@@ -152,23 +152,21 @@ class ElmoBiLmPredictor(Predictor):
             raise ConfigurationError(f"elmo_bilm predictor: 'top_k' must be a positive integer; got {top_k!r}.")
         return kind, [Token(word) for word in words], top_k
 
-    def _score_instances(self, instances: List[Instance]) -> Dict[str, List[torch.Tensor]]:
-        model = self._model
+    def _model_tensors(self, instances: List[Instance]) -> TextFieldTensors:
+        """The instances' token tensors, indexed and on the model's device."""
         dataset = Batch(instances)
-        dataset.index_instances(model.vocab)
-        tensors = nn_util.move_to_device(dataset.as_tensor_dict(), model._get_prediction_device())
+        dataset.index_instances(self._model.vocab)
+        return nn_util.move_to_device(dataset.as_tensor_dict(), self._model._get_prediction_device())["tokens"]
+
+    def _score_instances(self, instances: List[Instance]) -> Dict[str, List[torch.Tensor]]:
         with torch.no_grad():
-            scores = model.score_sentences(tensors["tokens"])  # type: ignore
+            scores = self._model.score_sentences(self._model_tensors(instances))  # type: ignore
         return {name: list(value.cpu()) for name, value in scores.items()}
 
     def _word_distributions(self, instances: List[Instance]) -> List[Dict[str, torch.Tensor]]:
         """Per instance: its words' forward and backward log-distributions, (n, vocabulary)."""
-        model = self._model
-        dataset = Batch(instances)
-        dataset.index_instances(model.vocab)
-        tensors = nn_util.move_to_device(dataset.as_tensor_dict(), model._get_prediction_device())
         with torch.no_grad():
-            result = model.word_distributions(tensors["tokens"])  # type: ignore
+            result = self._model.word_distributions(self._model_tensors(instances))  # type: ignore
         rows = []
         for index, length in enumerate(result["mask"].sum(dim=1).tolist()):
             rows.append({name: result[name][index, :length].cpu() for name in ("forward_log_probs", "backward_log_probs")})
