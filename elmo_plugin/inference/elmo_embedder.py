@@ -16,7 +16,7 @@ from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.inference.batching import rows_within_token_budget
 from elmo_plugin.inference.embed_file import embed_file
 from elmo_plugin.inference.embed_file_options import DEFAULT_BATCH_SIZE, EmbedFileOptions
-from elmo_plugin.inference.output_vectors import LayerMix
+from elmo_plugin.inference.output_vectors import LayerMix, OutputVectors
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.segmented_reading import direction_columns
 from elmo_plugin.modules.settings import ElmoSettings
@@ -245,9 +245,7 @@ class ElmoEmbedder:
         self, sentences: Iterable[List[str]], batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[numpy.ndarray]:
         """Lazily embeds an iterable of tokenized sentences, `batch_size` at a time, in order."""
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
-        for batch in lazy_groups_of(iter(sentences), batch_size):
+        for batch in _batches_of(sentences, batch_size):
             yield from self.embed_batch(batch)
 
     def embed_batch_sentence_vectors(
@@ -264,9 +262,8 @@ class ElmoEmbedder:
         reads). `<S>` and `</S>` are never counted; an empty sentence's vector is zeros.
         The same vectors as `allennlp elmo --sentence-vectors`, as float32.
         """
-        output = EmbedFileOptions(output_format=output_format, mix=mix, sentence_vectors=mode).output_vectors()
-        if output.mix is not None:
-            output.mix.check(self.num_layers)
+        output = OutputVectors(output_format, mix, sentence_vectors=mode)
+        output.check(self.num_layers)
         return [output.of_sentence(layers).astype(numpy.float32) for layers in self.embed_batch(batch)]
 
     def embed_sentence_vectors(
@@ -278,9 +275,7 @@ class ElmoEmbedder:
         mix: Optional[Union[LayerMix, str]] = None,
     ) -> Iterator[numpy.ndarray]:
         """Lazily, `embed_batch_sentence_vectors` of `sentences`, `batch_size` at a time, in order."""
-        if batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
-        for batch in lazy_groups_of(iter(sentences), batch_size):
+        for batch in _batches_of(sentences, batch_size):
             yield from self.embed_batch_sentence_vectors(batch, mode, output_format, mix)
 
     def embed_file(
@@ -318,12 +313,21 @@ class ElmoEmbedder:
             input_path = input_file.name
         if input_path is None:
             raise ValueError("embed_file needs a path, or an open file with a name on disk")
+        if options is not None and (more_options or (output_format, batch_size, forget_sentences,
+                                                      use_sentence_keys) != ("all", None, False, False)):
+            raise ConfigurationError("embed_file: give the options as an EmbedFileOptions or by keyword, not both")
         if options is None:
             options = EmbedFileOptions(output_format=output_format, batch_size=batch_size,
                                        forget_sentences=forget_sentences, use_sentence_keys=use_sentence_keys,
                                        **more_options)
         refuse_writing_over_inputs("allennlp elmo", [output_file_path], self.model_files)
         embed_file(self, input_path, output_file_path, options)
+
+
+def _batches_of(sentences: Iterable[List[str]], batch_size: int) -> Iterator[List[List[str]]]:
+    if batch_size < 1:
+        raise ConfigurationError(f"batch_size must be at least 1, got {batch_size}")
+    return lazy_groups_of(iter(sentences), batch_size)
 
 
 def _check_tokenized(batch: List[List[str]]) -> None:

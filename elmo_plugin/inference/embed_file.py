@@ -156,8 +156,7 @@ def embed_file(
         Everything else (`embed_file_options`).
     """
     request = _Request(input_path, output_path, options)
-    if options.mix is not None:
-        options.mix.check(embedder.num_layers)
+    options.output_vectors().check(embedder.num_layers)
     _check_paths(input_path, output_path, options.overwrite)
     if options.num_workers == 1:
         with workers.process_group_of_launcher():

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.inference.output_vectors import OUTPUT_FORMATS, SENTENCE_VECTORS, LayerMix, OutputVectors
+from elmo_plugin.inference.output_vectors import LayerMix, OutputVectors
 
 # Lines per chunk: the unit of sorting, of resuming, of sharing out among processes and of
 # what an interrupt can lose.
@@ -89,8 +89,8 @@ class EmbedFileOptions:
     sentence_vectors: Optional[str] = None
 
     def __post_init__(self) -> None:
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
+        output = OutputVectors(self.output_format, self.mix, self.sentence_vectors)  # checks those three
+        object.__setattr__(self, "mix", output.mix)  # frozen: the mix parsed once, there
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigurationError(f"batch_size must be positive, got {self.batch_size}")
         if self.chunk_size < 1:
@@ -99,18 +99,6 @@ class EmbedFileOptions:
             raise ConfigurationError(f"num_workers must be positive, got {self.num_workers}")
         if self.shard_size is not None and self.shard_size < 1:
             raise ConfigurationError(f"shard_size must be positive (bytes per shard), got {self.shard_size}")
-        if isinstance(self.mix, str):
-            object.__setattr__(self, "mix", LayerMix.parse(self.mix))  # frozen: parsed once, here
-        if (self.output_format == "mix") != (self.mix is not None):
-            raise ConfigurationError(
-                "mix: give the layer weights (--mix) as the output format, instead of "
-                f"--all/--top/--average (output_format='mix' with mix=...); got output_format="
-                f"{self.output_format!r} and mix={self.mix!r}"
-            )
-        if self.sentence_vectors not in (None, *SENTENCE_VECTORS):
-            raise ConfigurationError(
-                f"sentence_vectors must be one of {SENTENCE_VECTORS}, got {self.sentence_vectors!r}"
-            )
         if self.dtype not in DTYPES:
             raise ConfigurationError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         self.hdf5_filter()  # checks `compression`

@@ -7,7 +7,7 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Tuple, Union
 
 import numpy
 from allennlp.common.checks import ConfigurationError
@@ -94,8 +94,29 @@ class OutputVectors:
     """
 
     output_format: str = "all"
-    mix: Optional[LayerMix] = None
+    mix: Optional[Union[LayerMix, str]] = None
     sentence_vectors: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigurationError(f"output_format must be one of {OUTPUT_FORMATS}, got {self.output_format!r}")
+        if isinstance(self.mix, str):
+            object.__setattr__(self, "mix", LayerMix.parse(self.mix))  # frozen: parsed once, here
+        if (self.output_format == "mix") != (self.mix is not None):
+            raise ConfigurationError(
+                "mix: give the layer weights (--mix) as the output format, instead of "
+                f"--all/--top/--average (output_format='mix' with mix=...); got output_format="
+                f"{self.output_format!r} and mix={self.mix!r}"
+            )
+        if self.sentence_vectors not in (None, *SENTENCE_VECTORS):
+            raise ConfigurationError(
+                f"sentence_vectors must be one of {SENTENCE_VECTORS}, got {self.sentence_vectors!r}"
+            )
+
+    def check(self, num_layers: int) -> None:
+        """What can only be checked against the biLM: a mix's number of weights."""
+        if isinstance(self.mix, LayerMix):
+            self.mix.check(num_layers)
 
     def layers(self, embedding: numpy.ndarray) -> numpy.ndarray:
         """`(num_layers, tokens, dim)` -> the chosen layers: `(num_layers, tokens, dim)` for
@@ -105,7 +126,7 @@ class OutputVectors:
         if self.output_format == "average":
             return embedding.mean(axis=0)  # numpy.average divides by zero for an empty sentence
         if self.output_format == "mix":
-            assert self.mix is not None
+            assert isinstance(self.mix, LayerMix)
             return self.mix.apply(embedding).astype(embedding.dtype)
         return embedding
 

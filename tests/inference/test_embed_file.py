@@ -291,3 +291,11 @@ class TestEmbedFileOptions(EmbedFileTestCase):
         assert set(by_object) == set(by_keyword)
         for key in by_object:
             numpy.testing.assert_array_equal(by_object[key], by_keyword[key])
+
+    def test_options_by_object_and_by_keyword_at_once_are_refused(self):
+        from elmo_plugin.inference.embed_file_options import EmbedFileOptions
+
+        path = self.write_input(["a b"])
+        with pytest.raises(ConfigurationError, match="as an EmbedFileOptions or by keyword, not both"):
+            self.embed(path, options=EmbedFileOptions(), chunk_size=2)
+        assert not (self.TEST_DIR / "out.hdf5").exists()
