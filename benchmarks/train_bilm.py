@@ -38,7 +38,7 @@ from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
-from elmo_plugin.kernels import allocation
+from elmo_plugin.kernels import allocation, onednn
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
@@ -73,7 +73,8 @@ def write_lines(directory: str, name: str, lines: List[str]) -> str:
 
 def gemm_rate(rounds: int = 3) -> Dict[str, float]:
     """GFLOP/s of float32 matrix products, the best of `rounds`: a large square one and the
-    LSTM's and highway's shapes."""
+    LSTM's and highway's shapes, by MKL (`torch.mm`) and by oneDNN (where this torch has it):
+    the machine's limit is the faster (on AMD CPUs MKL runs its AVX2 code only)."""
     rates: Dict[str, float] = {}
     for label, (m, k, n) in {
         "square 2048": (2048, 2048, 2048),
@@ -81,15 +82,20 @@ def gemm_rate(rounds: int = 3) -> Dict[str, float]:
         "highway 4096x2048x4096": (4096, 2048, 4096),
     }.items():
         a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(2):
-            a @ b
-        repeats = 5
-        for _ in range(rounds):
-            start = time.perf_counter()
-            for _ in range(repeats):
-                a @ b
-            rate = 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
-            rates[label] = max(rate, rates.get(label, 0.0))
+        kernels = {"MKL": lambda: a @ b}
+        if onednn.available():
+            b_t = b.t().contiguous()
+            kernels["oneDNN"] = lambda: onednn.linear(a, b_t, None)
+        for kernel, product in kernels.items():
+            for _ in range(2):
+                product()
+            repeats = 5
+            for _ in range(rounds):
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    product()
+                rate = 2 * m * k * n * repeats / (time.perf_counter() - start) / 1e9
+                rates[f"{label}, {kernel}"] = max(rate, rates.get(f"{label}, {kernel}", 0.0))
     return rates
 
 
@@ -186,18 +192,17 @@ def labelled_forward_parts(model: ElmoBiLmModel) -> None:
     """Profiler labels around the forward of the token layer, the LSTM stack and the sampled
     softmax (their backward shows under `step: backward`, by operator)."""
     record = torch.autograd.profiler.record_function
-    parts = {"forward: char CNN + highway + projection": model._bilm._token_embedder,
-             "forward: LSTM stack": model._bilm.lstm, "forward: sampled softmax": model._softmax_loss}
-    for label, module in parts.items():
-        def enter(module, inputs, label=label):
-            module._profile_label = record(label)
-            module._profile_label.__enter__()
+    parts = {"forward: char CNN + highway + projection": (model._bilm._token_embedder, "embed_tokens"),
+             "forward: LSTM stack": (model._bilm.lstm, "forward_with_state"),
+             "forward: sampled softmax": (model._softmax_loss, "forward")}
+    for label, (module, method_name) in parts.items():
+        method = getattr(module, method_name)
 
-        def leave(module, inputs, output):
-            module._profile_label.__exit__(None, None, None)
+        def labelled(*args, label=label, method=method, **kwargs):
+            with record(label):
+                return method(*args, **kwargs)
 
-        module.register_forward_pre_hook(enter)
-        module.register_forward_hook(leave)
+        setattr(module, method_name, labelled)
 
 
 def run_profile(args) -> None:

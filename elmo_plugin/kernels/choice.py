@@ -30,7 +30,7 @@ import platform
 import re
 import threading
 import time
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import filelock
 import torch
@@ -51,6 +51,9 @@ _TIMED_REPEATS = 5
 
 _mode: Optional[str] = None
 _decisions: Dict[str, str] = {}
+# Decisions that callers look up at every product by a key of their own (the training
+# products, `recorded_products`), without building a name; cleared with the rest.
+call_site_decisions: Dict[Any, str] = {}
 _lock = threading.Lock()
 _warned_about_cache = False
 
@@ -71,6 +74,7 @@ def set_mode(value: Optional[str]) -> None:
     if value is not None and value not in MODES:
         raise ValueError(f"kernel choice mode {value!r}: expected one of {MODES}")
     _mode = value
+    call_site_decisions.clear()
 
 
 def forget_decisions() -> None:
@@ -78,6 +82,7 @@ def forget_decisions() -> None:
     global _warned_about_cache
     with _lock:
         _decisions.clear()
+        call_site_decisions.clear()
         _warned_about_cache = False
 
 
@@ -177,7 +182,8 @@ def _write_cache(cache: Dict[str, Dict[str, str]]) -> None:
 
 def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, weight: torch.Tensor,
              bias: Optional[torch.Tensor]) -> str:
-    sample = inputs.reshape(-1, inputs.size(-1))[:_MEASURED_ROWS].contiguous()
+    # With the inputs' strides: a training product reads transposed operands in place.
+    sample = inputs.reshape(-1, inputs.size(-1))[:_MEASURED_ROWS]
     exact = torch.nn.functional.linear(sample.double(), weight.double(), None if bias is None else bias.double())
     errors = {label: (product(sample).double() - exact).abs().max().item() for label, product in candidates.items()}
     # Plus a few float32 ulps of the outputs' size, so that an error of 0 by luck (a short

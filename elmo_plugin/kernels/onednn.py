@@ -57,6 +57,12 @@ def available() -> bool:
     return _ONEDNN_LINEAR is not None
 
 
+def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`functional.linear(inputs, weight, bias)` by oneDNN, for 2-D float32 CPU operands of any
+    strides, without a gradient (the caller pads the rows: `at_padded_rows`)."""
+    return _ONEDNN_LINEAR(inputs, weight, bias, "none", [], "")
+
+
 def padded_rows(rows: int) -> int:
     """
     The row count oneDNN computes a product of `rows` rows at: `rows` up to 8, then the next of

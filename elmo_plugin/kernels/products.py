@@ -15,35 +15,24 @@ records the product, and the role:
 
 This table is the fallback (`ELMO_PLUGIN_KERNEL_CHOICE=fixed`): by default each float32 CPU
 inference product runs with the fastest of these kernels on this machine, measured at its first
-use under an accuracy rule (`choice`). Everything else (training, float64, a GPU) uses
-`functional.linear`. A new backend (a GPU kernel) is a new candidate or branch in
+use under an accuracy rule (`choice`). Float32 CPU products that autograd records (training)
+run forward and backward by `recorded_products`, with MKL or oneDNN chosen the same way (the
+same roles in the fixed table). Everything else (float64, a GPU) uses `functional.linear`. A new backend (a GPU kernel) is a new candidate or branch in
 `Kernels.product`, and nothing in the blocks changes.
 """
 import contextlib
-import enum
 import weakref
 from typing import Any, Dict, Iterator, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.kernels import choice, mkl_packed, onednn
+from elmo_plugin.kernels import choice, mkl_packed, onednn, recorded_products
 from elmo_plugin.kernels.onednn import Product
 from elmo_plugin.kernels.reduced_precision import FLOAT32, INT8, PackedLinear, check_precision
+from elmo_plugin.kernels.roles import ONEDNN_ROLES, Role
 
 
-class Role(enum.Enum):
-    """The biLM's products, by the shapes they have (rows x inputs x outputs)."""
-
-    LSTM_INPUT = "lstm input"  # (real tokens, input) x (input, 4 cell), once per layer
-    LSTM_RECURRENT = "lstm recurrent"  # (running rows, hidden) x (hidden, 4 cell) + b, every step
-    LSTM_PROJECTION = "lstm projection"  # (running rows, cell) x (cell, hidden), every step
-    CHAR_CNN = "char cnn"  # (tokens x windows, width x char dim) x (.., filters) + b
-    HIGHWAY = "highway"  # (tokens, filters) x (filters, 2 filters) + b
-    CHAR_PROJECTION = "char projection"  # (tokens, filters) x (filters, projection) + b
-
-
-_ONEDNN_ROLES = frozenset({Role.LSTM_INPUT, Role.LSTM_RECURRENT, Role.HIGHWAY, Role.CHAR_CNN})
 # The char CNN's convolutions stay in float32 in every precision.
 _REDUCED_PRECISION_ROLES = frozenset(Role) - {Role.CHAR_CNN}
 
@@ -178,12 +167,10 @@ class Kernels:
             weight.device.type != "cpu"
             or weight.dtype is not torch.float32
             or (bias is not None and bias.dtype is not torch.float32)
-            or (
-                torch.is_grad_enabled()
-                and (weight.requires_grad or (bias is not None and bias.requires_grad))
-            )
         ):
             return _plain_product(weight, bias)
+        if torch.is_grad_enabled() and (weight.requires_grad or (bias is not None and bias.requires_grad)):
+            return recorded_products.trained_product(role, weight, bias)
         one_row_packed = (
             role is Role.LSTM_RECURRENT and rows == 1 and not torch.is_grad_enabled() and mkl_packed.available()
         )
@@ -196,7 +183,7 @@ class Kernels:
             return _measured_choice(role, weight, bias, candidates)
         if one_row_packed:
             return mkl_packed.packed_product(self._mkl_packed_weight(layer, weight), weight, bias)
-        if role in _ONEDNN_ROLES and onednn.available():
+        if role in ONEDNN_ROLES and onednn.available():
             return onednn.onednn_product(weight, bias)
         return _plain_product(weight, bias)
 

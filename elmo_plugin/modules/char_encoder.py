@@ -10,6 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
 from elmo_plugin.kernels.products import Kernels, Role
+from elmo_plugin.kernels.recorded_products import FORWARD, product_nt
 from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights
@@ -20,6 +21,9 @@ _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 # Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
 # per token for the published models' widest filters) would otherwise dominate peak memory.
 TOKENS_PER_CNN_CHUNK = 512
+# Training: the bytes of one chunk's products, which the maxima read again (a few MB: the L2 and
+# L3 caches).
+_CNN_TRAINING_CHUNK_BYTES = 4 * 2**20
 
 
 class ConvolveAndMaxPool(torch.autograd.Function):
@@ -48,24 +52,33 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         num_tokens, num_characters = character_ids.shape
         out_channels, char_dim, width = filters.shape
         num_windows = num_characters - width + 1
-        # (tokens, windows, char_dim x width): the layout of the flattened filters
-        rows = (
-            torch.nn.functional.embedding(character_ids, table)
-            .unfold(1, width, 1)
-            .reshape(num_tokens, num_windows, char_dim * width)
-        )
-        # (tokens, windows, out_channels)
-        products = torch.nn.functional.linear(rows, filters.reshape(out_channels, -1))
-        # (tokens, 1, out_channels)
-        maxima = products.amax(dim=1, keepdim=True)
-        # (tokens, out_channels): a window reaching its maximum (the last of tied ones), found
-        # with byte-sized comparisons and maxima: `torch.max` with positions is several times
-        # slower over this middle axis.
+        flat_filters = filters.reshape(out_channels, -1)
         code_dtype = torch.uint8 if num_windows <= 256 else torch.int32
-        window_codes = torch.arange(num_windows, dtype=code_dtype, device=products.device)
-        windows = ((products == maxima).to(code_dtype) * window_codes.view(1, -1, 1)).amax(dim=1)
+        window_codes = torch.arange(num_windows, dtype=code_dtype, device=filters.device).view(1, -1, 1)
+        # A few tokens at a time, so that a chunk's products stay in the cache for the maximum
+        # and the comparisons that read them again (the widest filters' products are ~180 kB
+        # per token).
+        chunk = max(1, _CNN_TRAINING_CHUNK_BYTES // (num_windows * out_channels * filters.element_size()))
+        maxima, windows = [], []
+        for ids in character_ids.split(chunk):
+            # (tokens, windows, char_dim x width): the layout of the flattened filters
+            rows = (
+                torch.nn.functional.embedding(ids, table)
+                .unfold(1, width, 1)
+                .reshape(ids.size(0) * num_windows, char_dim * width)
+            )
+            # (tokens, windows, out_channels)
+            products = product_nt(Role.CHAR_CNN, FORWARD, rows, flat_filters).view(ids.size(0), num_windows, -1)
+            # (tokens, 1, out_channels)
+            chunk_maxima = products.amax(dim=1, keepdim=True)
+            maxima.append(chunk_maxima.squeeze(1))
+            # (tokens, out_channels): a window reaching its maximum (the last of tied ones),
+            # found with byte-sized comparisons and maxima: `torch.max` with positions is
+            # several times slower over this middle axis.
+            windows.append(((products == chunk_maxima).to(code_dtype) * window_codes).amax(dim=1))
+        windows = torch.cat(windows)
         ctx.save_for_backward(character_ids, table, filters, windows)
-        return maxima.squeeze(1)
+        return torch.cat(maxima)
 
     @staticmethod
     def backward(ctx, gradient: torch.Tensor):

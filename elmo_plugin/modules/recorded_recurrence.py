@@ -2,13 +2,17 @@
 The backward pass of an LSTM cell's steps, written out (`RecordedRecurrence`): where gradients
 are recorded (training), `LstmCellWithProjection.recurrence` runs without autograd, keeping what
 the backward pass reads (`StepValues`), and the backward computes the gate gradients of all
-steps into one tensor, then each weight's gradient as one product over all steps.
+steps into one tensor, then each weight's gradient as one product over all steps. Its products
+are `recorded_products`' (MKL or oneDNN, as chosen for this CPU).
 """
 from typing import List, NamedTuple, Optional, Tuple
 
 import numpy
 import torch
 from torch.autograd.function import once_differentiable
+
+from elmo_plugin.kernels.recorded_products import FORWARD, INPUT_GRADIENT, WEIGHT_GRADIENT, product_nt
+from elmo_plugin.kernels.roles import Role
 
 # Autograd's own derivatives of sigmoid and tanh from their outputs, `gradient * y * (1 - y)`
 # and `gradient * (1 - y * y)`, one operation each; the `_into` forms write into a given tensor.
@@ -69,8 +73,8 @@ class RecordedRecurrence(torch.autograd.Function):
             memory,
             dropout_mask,
             active_rows_at,
-            lambda rows: torch.nn.functional.linear(rows, state_weight, state_bias),
-            lambda rows: torch.nn.functional.linear(rows, projection_weight),
+            lambda rows: product_nt(Role.LSTM_RECURRENT, FORWARD, rows, state_weight, state_bias),
+            lambda rows: product_nt(Role.LSTM_PROJECTION, FORWARD, rows, projection_weight),
             record,
         )
         ctx.cell, ctx.record, ctx.dropout_mask, ctx.active_rows_at = cell, record, dropout_mask, active_rows_at
@@ -109,7 +113,7 @@ class RecordedRecurrence(torch.autograd.Function):
                 d_state = torch.where(step.state_within_clip, d_state, 0.0)
             unclipped_state_gradient[step_rows] = d_state
             # (active_rows, cell)
-            d_output_memory = d_state @ projection_weight
+            d_output_memory = product_nt(Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, projection_weight.t())
             input_gate, forget_gate, memory_init, output_gate = step.gates
             d_memory = memory_gradient[:active_rows] + _tanh_backward(
                 d_output_memory * output_gate, step.squashed_memory
@@ -124,7 +128,9 @@ class RecordedRecurrence(torch.autograd.Function):
             _tanh_backward_into(d_memory * input_gate, memory_init, grad_input=d_memory_init)
             _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
             torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
-            torch.mm(step_gates_gradient, state_weight, out=state_gradient[:active_rows])
+            state_gradient[:active_rows] = product_nt(
+                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, state_weight.t()
+            )
         # Each weight's gradient over all steps at once, in the time-major row order.
         recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]
         previous_states = torch.cat([step.previous_state for step in recorded])
@@ -136,7 +142,7 @@ class RecordedRecurrence(torch.autograd.Function):
             gates_gradient,
             state_gradient,
             memory_gradient,
-            gates_gradient.t() @ previous_states,
+            product_nt(Role.LSTM_RECURRENT, WEIGHT_GRADIENT, gates_gradient.t(), previous_states.t()),
             gates_gradient.sum(dim=0),
-            unclipped_state_gradient.t() @ output_memories,
+            product_nt(Role.LSTM_PROJECTION, WEIGHT_GRADIENT, unclipped_state_gradient.t(), output_memories.t()),
         )

@@ -1,4 +1,4 @@
-"""oneDNN's float32 products for inference: where they are used, and that they are `linear`."""
+"""oneDNN's float32 products (inference and training): where they are used, and that they are `linear`."""
 import types
 
 import pytest
@@ -83,26 +83,35 @@ def test_strided_operands(onednn_calls):
 
 
 @needs_onednn
-def test_differentiated_or_float64_operands_keep_functional_linear(onednn_calls):
+def test_trained_products_run_forward_and_backward_in_onednn(onednn_calls):
+    inputs, weight, bias = operands(3, 7)
+    gradient = torch.randn(3, 7, 96, generator=torch.Generator().manual_seed(1))
+    for parameter in (inputs, weight, bias):
+        parameter.requires_grad_(True)
+    linear(inputs, weight, bias).backward(gradient)
+    # The product, the inputs' gradient and the weight's gradient (21 rows padded to 24).
+    assert onednn_calls == [((24, 64), (96, 64)), ((24, 96), (64, 96)), ((96, 24), (64, 24))]
+    exact = [tensor.detach().double().requires_grad_(True) for tensor in (inputs, weight, bias)]
+    torch.nn.functional.linear(*exact).backward(gradient.double())
+    for ours, expected in zip((inputs, weight, bias), exact):
+        torch.testing.assert_close(ours.grad.double(), expected.grad, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_only_inputs_differentiated_or_float64_operands_keep_functional_linear(onednn_calls):
     inputs, weight, bias = operands(4)
-    for requires_grad in (inputs, weight, bias):
-        requires_grad.requires_grad_(True)
-        output = linear(inputs, weight, bias)
-        output.sum().backward()  # oneDNN's product would have no gradient
-        assert requires_grad.grad is not None
-        requires_grad.requires_grad_(False)
-    # With the same operands and no gradient recorded, oneDNN is used.
-    with torch.no_grad():
-        weight.requires_grad_(True)
-        linear(inputs, weight, bias)
-    assert len(onednn_calls) == 1
+    inputs.requires_grad_(True)
+    linear(inputs, weight, bias).sum().backward()  # oneDNN's product would have no gradient
+    assert inputs.grad is not None and onednn_calls == []
     inputs64, weight64, bias64 = operands(4, dtype=torch.float64)
-    with torch.no_grad():
+    for parameter in (None, weight64):
+        if parameter is not None:
+            parameter.requires_grad_(True)
         assert torch.equal(
             linear(inputs64, weight64, bias64),
             torch.nn.functional.linear(inputs64, weight64, bias64),
         )
-    assert len(onednn_calls) == 1
+    assert onednn_calls == []
 
 
 @needs_onednn

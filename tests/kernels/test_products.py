@@ -46,11 +46,11 @@ def test_float32_inference_on_the_cpu():
     assert one_row == "packed_product"
 
 
-def test_training_and_float64_keep_functional_linear():
+def test_training_has_written_out_gradients_and_float64_keeps_functional_linear():
     kernels = Kernels()
     trainable = layers()
     for role, layer in trainable.items():
-        assert kind(kernels.product(role, layer, rows=1)) == "_plain_product", role
+        assert kind(kernels.product(role, layer, rows=1)) == "trained_product", role
     for role, layer in layers().items():
         with torch.no_grad():
             assert kind(kernels.product(role, layer.double(), rows=1)) == "_plain_product", role

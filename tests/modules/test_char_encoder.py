@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from elmo_plugin import batch_to_ids
@@ -100,8 +101,13 @@ def _character_ids_with_padding(num_tokens, num_characters=50, num_table_rows=26
     return ids
 
 
-def test_convolve_and_max_pool_gives_allennlps_and_bilm_tfs_values_and_parameter_gradients():
+@pytest.mark.parametrize("chunk_bytes", [None, 300])
+def test_convolve_and_max_pool_gives_allennlps_and_bilm_tfs_values_and_parameter_gradients(monkeypatch, chunk_bytes):
+    from elmo_plugin.modules import char_encoder
     from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
+
+    if chunk_bytes is not None:  # a few tokens per chunk of the forward pass
+        monkeypatch.setattr(char_encoder, "_CNN_TRAINING_CHUNK_BYTES", chunk_bytes)
 
     character_ids = _character_ids_with_padding(40)
     for width, out_channels in ((1, 5), (3, 8), (7, 16)):

@@ -1,0 +1,126 @@
+"""
+The float32 products of training (where autograd records a graph) on the CPU, each computed
+by MKL (`functional.linear`, what PyTorch uses) or by oneDNN, chosen as inference's products
+are (`choice`: measured on this CPU by default, the roles' fixed table otherwise).
+
+PyTorch's oneDNN product has no derivative, so a trained linear layer here is an autograd
+function whose three products are written out (`LinearWithGradients`): `y = x W^T + b`,
+`dx = dy W` and `dW = dy^T x`. Each is a product `a b^T` (`product_nt`): oneDNN reads the
+transposed operands through their strides, without copies. The LSTM's written-out backward
+(`RecordedRecurrence`) and the char CNN's training path (`ConvolveAndMaxPool`) call
+`product_nt` directly. Why: on CPUs where MKL runs only its AVX2 code (AMD's), oneDNN's AVX512
+kernels compute these shapes about twice as fast (BENCHMARKS.md).
+
+oneDNN keeps what it builds for every shape it sees, so its operands are padded to a bounded
+set of sizes (`onednn.padded_rows`): the rows, and the inner size where it varies from step to
+step (a weight gradient sums over the step's tokens). Zero rows and columns change no sum.
+"""
+from typing import Dict, Optional
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from elmo_plugin.kernels import choice, onednn
+from elmo_plugin.kernels.onednn import Product, at_padded_rows, padded_rows
+from elmo_plugin.kernels.roles import ONEDNN_ROLES, Role
+
+FORWARD, INPUT_GRADIENT, WEIGHT_GRADIENT = "training forward", "input gradient", "weight gradient"
+_MKL, _ONEDNN = "mkl", "onednn"
+
+
+def _mkl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.functional.linear(a, b, bias)
+
+
+def _onednn(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    inner = a.size(1)
+    padding = padded_rows(inner) - inner
+    if padding:
+        a = torch.nn.functional.pad(a, (0, padding))
+        b = torch.nn.functional.pad(b, (0, padding))
+    return at_padded_rows(lambda rows: onednn.linear(rows, b, bias), a)
+
+
+def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> str:
+    # Looked up at every call (the LSTM's steps), so by a key of its own, not `choice`'s name.
+    key = (role, part, (b.size(0), b.size(1)), choice.row_class(a.size(0)))
+    kernel = choice.call_site_decisions.get(key)
+    if kernel is None:
+        if not onednn.available():
+            kernel = _MKL
+        elif choice.mode() == choice.FIXED:
+            kernel = _ONEDNN if role in ONEDNN_ROLES else _MKL
+        else:
+            candidates: Dict[str, Product] = {
+                _MKL: lambda rows: _mkl(rows, b, bias),
+                _ONEDNN: lambda rows: _onednn(rows, b, bias),
+            }
+            kernel = choice.chosen((f"{role.value} {part}", key[2], key[3]), candidates, a, b, bias)
+        choice.call_site_decisions[key] = kernel
+    return kernel
+
+
+def product_nt(
+    role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """
+    `a @ b^T (+ bias)` for 2-D operands of any strides, not recorded by autograd, with the
+    kernel chosen for `role`'s `part` (`FORWARD`, `INPUT_GRADIENT`, `WEIGHT_GRADIENT`) at this
+    shape class. Float32 CPU operands only go to oneDNN; anything else is `functional.linear`.
+    """
+    if (
+        a.device.type != "cpu"
+        or a.dtype is not torch.float32
+        or b.dtype is not torch.float32
+        or a.numel() == 0
+        or b.numel() == 0
+        or _kernel(role, part, a, b, bias) == _MKL
+    ):
+        return _mkl(a, b, bias)
+    return _onednn(a, b, bias)
+
+
+class LinearWithGradients(torch.autograd.Function):
+    """
+    `functional.linear(inputs, weight, bias)` with its backward products written out, each
+    through `product_nt`. `apply(inputs, weight, bias, role)`.
+    """
+
+    @staticmethod
+    def forward(
+        ctx, inputs: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], role: Role
+    ) -> torch.Tensor:
+        # (rows, in)
+        rows = inputs.reshape(-1, inputs.size(-1))
+        ctx.save_for_backward(rows, weight)
+        ctx.role, ctx.inputs_shape, ctx.has_bias = role, inputs.shape, bias is not None
+        # (rows, out)
+        outputs = product_nt(role, FORWARD, rows, weight, bias)
+        return outputs.view(*inputs.shape[:-1], weight.size(0))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gradient: torch.Tensor):
+        rows, weight = ctx.saved_tensors
+        # (rows, out)
+        gradient = gradient.reshape(-1, gradient.size(-1))
+        inputs_gradient = weight_gradient = bias_gradient = None
+        if ctx.needs_input_grad[0]:
+            # (rows, out) x (out, in)
+            inputs_gradient = product_nt(ctx.role, INPUT_GRADIENT, gradient, weight.t()).view(ctx.inputs_shape)
+        if ctx.needs_input_grad[1]:
+            # (out, rows) x (rows, in)
+            weight_gradient = product_nt(ctx.role, WEIGHT_GRADIENT, gradient.t(), rows.t())
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            bias_gradient = gradient.sum(dim=0)
+        return inputs_gradient, weight_gradient, bias_gradient, None
+
+
+def trained_product(role: Role, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Product:
+    """`inputs -> functional.linear(inputs, weight, bias)` with gradients, its three products
+    by `product_nt`: for float32 CPU layers that autograd records."""
+
+    def product(inputs: torch.Tensor) -> torch.Tensor:
+        return LinearWithGradients.apply(inputs, weight, bias, role)
+
+    return product

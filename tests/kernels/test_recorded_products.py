@@ -1,0 +1,78 @@
+"""
+Training's float32 products (`recorded_products`): oneDNN forward and backward where chosen,
+with autograd's gradients, operands padded to few shapes, and the choice measured per part.
+"""
+import logging
+
+import pytest
+import torch
+
+from elmo_plugin.kernels import choice, onednn, recorded_products
+from elmo_plugin.kernels.recorded_products import FORWARD, WEIGHT_GRADIENT, product_nt
+from elmo_plugin.kernels.roles import Role
+from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
+from tests.kernels.test_choice import measuring, winning  # noqa: F401 (a fixture)
+from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
+
+needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN linear")
+
+
+@needs_onednn
+def test_a_varying_summed_size_is_padded_and_the_product_unchanged(onednn_calls):
+    generator = torch.Generator().manual_seed(0)
+    for tokens in (41, 44, 47):  # a weight gradient sums over a step's tokens
+        gradient, inputs = torch.randn(tokens, 24, generator=generator), torch.randn(tokens, 16, generator=generator)
+        ours = product_nt(Role.HIGHWAY, WEIGHT_GRADIENT, gradient.t(), inputs.t())
+        torch.testing.assert_close(ours.double(), gradient.double().t() @ inputs.double(), rtol=1e-5, atol=1e-5)
+    # One shape for all three: 24 rows, the sums padded to 48 (oneDNN keeps memory per shape).
+    assert onednn_calls == [((24, 48), (16, 48))] * 3
+
+
+@needs_onednn
+def test_the_fixed_table_keeps_projections_on_mkl(onednn_calls):
+    inputs, weight = torch.randn(5, 8), torch.randn(4, 8)
+    product_nt(Role.LSTM_PROJECTION, FORWARD, inputs, weight)
+    product_nt(Role.CHAR_PROJECTION, FORWARD, inputs, weight)
+    assert onednn_calls == []
+    product_nt(Role.LSTM_RECURRENT, FORWARD, inputs, weight)
+    assert len(onednn_calls) == 1
+
+
+@needs_onednn
+@pytest.mark.parametrize("winner", ["mkl", "onednn"])
+def test_each_training_product_is_chosen_once_per_class_and_logged(measuring, monkeypatch, caplog, winner):  # noqa: F811
+    timed = winning(monkeypatch, winner)
+    layer = torch.nn.Linear(16, 64)
+    inputs = torch.randn(20, 16, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger=choice.__name__):
+        for _ in range(2):
+            recorded_products.trained_product(Role.HIGHWAY, layer.weight, layer.bias)(inputs).sum().backward()
+    assert len(timed) == 6  # forward, input gradient, weight gradient: two candidates each, once
+    messages = sorted(r.getMessage().split(":")[0] for r in caplog.records if r.name == choice.__name__)
+    assert messages == [
+        "Kernel for highway input gradient 16x64 rows<=64 from mkl/onednn",
+        "Kernel for highway training forward 64x16 rows<=64 from mkl/onednn",
+        "Kernel for highway weight gradient 16x20 rows<=64 from mkl/onednn",
+    ]
+    assert all(f"from mkl/onednn: {winner}" in r.getMessage() for r in caplog.records if r.name == choice.__name__)
+
+
+@needs_onednn
+@pytest.mark.parametrize("go_forward", [True, False])
+def test_float32_lstm_training_through_onednn_has_float64s_gradients(onednn_calls, go_forward):
+    mask = torch.tensor([[True] * 6, [True] * 3 + [False] * 3, [True] * 5 + [False]])
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(3, 6, 8, generator=generator)
+    gradients = {}
+    for dtype in (torch.float32, torch.float64):
+        torch.manual_seed(1)
+        cell = LstmCellWithProjection(8, 4, 16, go_forward, memory_cell_clip_value=2.0,
+                                      state_projection_clip_value=2.0).to(dtype)
+        state = (torch.zeros(3, 4, dtype=dtype), torch.zeros(3, 16, dtype=dtype))
+        cell_inputs = inputs.to(dtype).detach().requires_grad_(True)
+        outputs, _ = cell(cell_inputs, mask, state)
+        outputs.pow(2).sum().backward()
+        gradients[dtype] = [cell_inputs.grad] + [parameter.grad for parameter in cell.parameters()]
+    assert len(onednn_calls) > 0  # the recurrent and input products of float32 training
+    for ours, exact in zip(gradients[torch.float32], gradients[torch.float64]):
+        torch.testing.assert_close(ours.double(), exact, rtol=1e-4, atol=1e-5)
