@@ -38,7 +38,7 @@ from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
-from elmo_plugin.kernels import allocation, onednn
+from elmo_plugin.kernels import allocation
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
@@ -83,9 +83,9 @@ def gemm_rate(rounds: int = 3) -> Dict[str, float]:
     }.items():
         a, b = torch.randn(m, k), torch.randn(k, n)
         kernels = {"MKL": lambda: a @ b}
-        if onednn.available():
+        if torch.backends.mkldnn.is_available():  # the operator `elmo_plugin.kernels.onednn` uses
             b_t = b.t().contiguous()
-            kernels["oneDNN"] = lambda: onednn.linear(a, b_t, None)
+            kernels["oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(a, b_t, None, "none", [], "")
         for kernel, product in kernels.items():
             for _ in range(2):
                 product()
@@ -131,6 +131,7 @@ def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None)
     start = time.perf_counter()
     record = torch.autograd.profiler.record_function
     for batch in data_loader:
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         step_start = time.perf_counter()
         faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         optimizer.zero_grad()
@@ -151,6 +152,8 @@ def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None)
             "positions": int((forward_ids > 0).any(-1).sum()),
             "distinct_tokens": int(torch.unique(all_ids, dim=0).size(0)),
             "loss": float(output["loss"].detach()),
+            "peak_rss_mb_before": rss_before,
+            "peak_rss_mb_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         }
         if max_steps is not None and step >= max_steps:
             return
@@ -256,6 +259,9 @@ def run_speed(args) -> None:
     print(f"page faults per step: {numpy.mean([s['page_faults'] for s in measured]):.0f} "
           f"({allocation.ENVIRONMENT_VARIABLE}={allocation.mode()}); peak RSS of the process "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    before, after = steps[0]["peak_rss_mb_before"], steps[-1]["peak_rss_mb_after"]
+    print(f"peak RSS before the first step {before:.0f} MB (model, optimizer, data), after the last "
+          f"{after:.0f} MB: the steps' peak memory above that {after - before:.0f} MB")
     for label, rate in rates.items():
         print(f"GEMM rate {label}: {rate:.1f} GFLOP/s")
     achieved = 3 * flops / seconds / 1e9

@@ -13,8 +13,11 @@ class Role(enum.Enum):
     CHAR_CNN = "char cnn"  # (tokens x windows, width x char dim) x (.., filters) + b
     HIGHWAY = "highway"  # (tokens, filters) x (filters, 2 filters) + b
     CHAR_PROJECTION = "char projection"  # (tokens, filters) x (filters, projection) + b
+    SAMPLED_SOFTMAX = "sampled softmax"  # (targets, projection) x (projection, samples), training
 
 
 # The fixed table (`ELMO_PLUGIN_KERNEL_CHOICE=fixed`): oneDNN for the wide products; MKL for
 # the projections, whose long sums oneDNN adds up less accurately (BENCHMARKS.md).
-ONEDNN_ROLES = frozenset({Role.LSTM_INPUT, Role.LSTM_RECURRENT, Role.HIGHWAY, Role.CHAR_CNN})
+ONEDNN_ROLES = frozenset(
+    {Role.LSTM_INPUT, Role.LSTM_RECURRENT, Role.HIGHWAY, Role.CHAR_CNN, Role.SAMPLED_SOFTMAX}
+)

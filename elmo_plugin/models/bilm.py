@@ -20,7 +20,8 @@ from elmo_plugin.data.bilm_corpus_reader import (
 )
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
-from elmo_plugin.kernels import allocation
+from elmo_plugin.kernels import allocation, recorded_products
+from elmo_plugin.kernels.roles import Role
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
@@ -278,7 +279,8 @@ class ElmoBiLmModel(Model):
             predicted, wanted = outputs[mask], targets[mask]
             known = wanted != self._unknown_id
             if self.training:
-                nll_sum = self._softmax_loss(predicted, wanted)
+                with recorded_products.matmuls_as_products(Role.SAMPLED_SOFTMAX):
+                    nll_sum = self._softmax_loss(predicted, wanted)
             else:
                 # The full softmax, token by token: the in-vocabulary perplexity needs each loss.
                 token_nll = self._full_softmax_nll(predicted, wanted)
