@@ -18,6 +18,7 @@ Training the biLM on this machine: throughput and a real (short) run.
     python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
     python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
     python benchmarks/train_bilm.py perplexity --steps 150 --seed 0
+    python benchmarks/train_bilm.py speed --streams 32 --precision bfloat16
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
 
 Needs ../shared/data (brown.zip, lm_eval/).
@@ -118,10 +119,11 @@ def forward_flops(options: ElmoOptions, distinct_tokens: int, positions: int) ->
     return encoder + 2 * positions * (lstm_per_position + softmax_per_position)
 
 
-def make_model(vocabulary, seed: int = 0) -> ElmoBiLmModel:
+def make_model(vocabulary, seed: int = 0, precision: str = "float32") -> ElmoBiLmModel:
     torch.manual_seed(seed)
     numpy.random.seed(seed)
-    return ElmoBiLmModel(vocabulary, options=SMALL_OPTIONS, dropout=0.1, num_samples=NUM_SAMPLES)
+    return ElmoBiLmModel(vocabulary, options=SMALL_OPTIONS, dropout=0.1, num_samples=NUM_SAMPLES,
+                         training_precision=precision)
 
 
 def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None):
@@ -181,10 +183,10 @@ def training_loader(path: str, vocabulary, streams: int, seed: int = 0):
     return loader
 
 
-def train_on_brown(directory: str, streams: int, seed: int = 0, **limits):
+def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32", **limits):
     """Brown prepared in `directory`, a fresh model trained within `limits` (see train_steps)."""
     train_path, heldout_path, vocabulary = prepare_brown(directory)
-    model = make_model(vocabulary, seed)
+    model = make_model(vocabulary, seed, precision)
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
     loader = training_loader(train_path, vocabulary, streams, seed)
     steps = list(train_steps(model, loader, optimizer, **limits))
@@ -213,7 +215,7 @@ def run_profile(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         train_path, _, vocabulary = prepare_brown(directory)
-        model = make_model(vocabulary)
+        model = make_model(vocabulary, precision=args.precision)
         labelled_forward_parts(model)
         optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
         steps = train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
@@ -239,7 +241,7 @@ def run_speed(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
-            directory, args.streams, max_steps=args.steps
+            directory, args.streams, precision=args.precision, max_steps=args.steps
         )
     # The first steps include one-off allocations: the process's heap grows to its working
     # size (page faults) before the steps settle.
@@ -250,7 +252,7 @@ def run_speed(args) -> None:
                 for s in measured)
     rates = gemm_rate()
     best_rate = max(rates.values())
-    print(f"small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
+    print(f"training precision {args.precision}; small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
           f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
     print(f"steps measured: {len(measured)} after {args.warmup}, {seconds / len(measured):.2f} s/step, "
           f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
@@ -293,11 +295,11 @@ def run_perplexity(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, heldout_path = train_on_brown(
-            directory, args.streams, seed=args.seed, max_steps=args.steps
+            directory, args.streams, seed=args.seed, precision=args.precision, max_steps=args.steps
         )
         model.eval()
         result = stream_perplexity(model, vocabulary, heldout_path)
-    print(f"seed {args.seed}, {len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
+    print(f"{args.precision}, seed {args.seed}, {len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
           f"{numpy.mean([s['loss'] for s in steps[-20:]]):.4f}; Brown held-out perplexity "
           f"{result['perplexity']:.2f} (forward {result['forward_perplexity']:.2f}, "
           f"backward {result['backward_perplexity']:.2f})")
@@ -307,7 +309,7 @@ def run_brown(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, train_path, heldout_path = train_on_brown(
-            directory, args.streams, max_seconds=args.minutes * 60
+            directory, args.streams, precision=args.precision, max_seconds=args.minutes * 60
         )
         trained_positions = sum(s["positions"] for s in steps)
         train_tokens = sum(len(line.split()) + 2 for line in open(train_path, encoding="utf-8"))
@@ -338,6 +340,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="perplexity: the model's and the data order's seed")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
+    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
+                        help="the model's training_precision (bfloat16: the products of training in bfloat16)")
     args = parser.parse_args()
     {"speed": run_speed, "perplexity": run_perplexity, "brown": run_brown}[args.part](args)
 

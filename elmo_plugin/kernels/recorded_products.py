@@ -14,10 +14,16 @@ kernels compute these shapes about twice as fast (BENCHMARKS.md).
 oneDNN keeps what it builds for every shape it sees, so its operands are padded to a bounded
 set of sizes (`onednn.padded_rows`): the rows, and the inner size where it varies from step to
 step (a weight gradient sums over the step's tokens). Zero rows and columns change no sum.
+
+Opt-in bfloat16 training (`bfloat16_products`, on CPUs with bfloat16 instructions): every
+product here reads bfloat16 copies of its operands and adds in float32 inside oneDNN; the
+parameters, their gradients, the optimizer and everything between the products stay float32.
 """
-from typing import Dict, Optional
+import contextlib
+from typing import Dict, Iterator, Optional
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from torch.autograd.function import once_differentiable
 
 from elmo_plugin.kernels import choice, onednn
@@ -26,6 +32,48 @@ from elmo_plugin.kernels.roles import ONEDNN_ROLES, Role
 
 FORWARD, INPUT_GRADIENT, WEIGHT_GRADIENT = "training forward", "input gradient", "weight gradient"
 _MKL, _ONEDNN = "mkl", "onednn"
+FLOAT32, BFLOAT16 = "float32", "bfloat16"
+TRAINING_PRECISIONS = (FLOAT32, BFLOAT16)
+# The precision of the products from here on: set around a training forward pass, and saved
+# with what a backward pass reads (which runs after the block has ended).
+_precision = FLOAT32
+
+
+def check_training_precision(precision: str, device: Optional[torch.device] = None) -> None:
+    """A `ConfigurationError` for an unknown training precision, or bfloat16 where this CPU or
+    torch has no bfloat16 products (or on a GPU, where autocast is the way)."""
+    if precision not in TRAINING_PRECISIONS:
+        raise ConfigurationError(
+            f"elmo_bilm: 'training_precision' must be one of {', '.join(TRAINING_PRECISIONS)}; got {precision!r}."
+        )
+    if precision == BFLOAT16:
+        if device is not None and device.type != "cpu":
+            raise ConfigurationError(
+                "elmo_bilm: 'training_precision': 'bfloat16' is for training on the CPU; on a GPU use the "
+                "trainer's 'use_amp'."
+            )
+        if not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+            raise ConfigurationError(
+                "elmo_bilm: 'training_precision': 'bfloat16' needs a CPU with bfloat16 instructions "
+                "(AVX512-BF16 or AMX) and oneDNN in torch; this machine has neither: use 'float32'."
+            )
+
+
+@contextlib.contextmanager
+def bfloat16_products(enabled: bool = True) -> Iterator[None]:
+    """Within the block (where `enabled`), the products here in bfloat16 (see the module)."""
+    global _precision
+    before = _precision
+    _precision = BFLOAT16 if enabled else before
+    try:
+        yield
+    finally:
+        _precision = before
+
+
+def current_precision() -> str:
+    """The precision products get now (what a recording forward pass saves for its backward)."""
+    return _precision
 
 
 def _mkl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -61,13 +109,23 @@ def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optio
 
 
 def product_nt(
-    role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor] = None
+    role: Role,
+    part: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    precision: Optional[str] = None,
 ) -> torch.Tensor:
     """
     `a @ b^T (+ bias)` for 2-D operands of any strides, not recorded by autograd, with the
     kernel chosen for `role`'s `part` (`FORWARD`, `INPUT_GRADIENT`, `WEIGHT_GRADIENT`) at this
     shape class. Float32 CPU operands only go to oneDNN; anything else is `functional.linear`.
+    `precision`: `"bfloat16"` for bfloat16 operands (a float32 result); by default the current
+    one (`bfloat16_products`).
     """
+    if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
+        outputs = _onednn(a.to(torch.bfloat16), b.to(torch.bfloat16), None).float()
+        return outputs if bias is None else outputs.add_(bias)
     if (
         a.device.type != "cpu"
         or a.dtype is not torch.float32
@@ -94,6 +152,7 @@ class LinearWithGradients(torch.autograd.Function):
         rows = inputs.reshape(-1, inputs.size(-1))
         ctx.save_for_backward(rows, weight)
         ctx.role, ctx.inputs_shape, ctx.has_bias = role, inputs.shape, bias is not None
+        ctx.precision = _precision
         # (rows, out)
         outputs = product_nt(role, FORWARD, rows, weight, bias)
         return outputs.view(*inputs.shape[:-1], weight.size(0))
@@ -107,10 +166,12 @@ class LinearWithGradients(torch.autograd.Function):
         inputs_gradient = weight_gradient = bias_gradient = None
         if ctx.needs_input_grad[0]:
             # (rows, out) x (out, in)
-            inputs_gradient = product_nt(ctx.role, INPUT_GRADIENT, gradient, weight.t()).view(ctx.inputs_shape)
+            inputs_gradient = product_nt(
+                ctx.role, INPUT_GRADIENT, gradient, weight.t(), precision=ctx.precision
+            ).view(ctx.inputs_shape)
         if ctx.needs_input_grad[1]:
             # (out, rows) x (rows, in)
-            weight_gradient = product_nt(ctx.role, WEIGHT_GRADIENT, gradient.t(), rows.t())
+            weight_gradient = product_nt(ctx.role, WEIGHT_GRADIENT, gradient.t(), rows.t(), precision=ctx.precision)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             bias_gradient = gradient.sum(dim=0)
         return inputs_gradient, weight_gradient, bias_gradient, None

@@ -89,6 +89,11 @@ class ElmoBiLmModel(Model):
     sparse_softmax : `bool`, optional (default = `False`)
         Sparse gradients for the softmax (for large vocabularies; needs a sparse-capable
         optimizer such as `dense_sparse_adam`).
+    training_precision : `str`, optional (default = `"float32"`)
+        `"bfloat16"`: training's matrix products (forward and backward) read bfloat16 copies
+        of their operands, on CPUs with bfloat16 instructions (AVX512-BF16, AMX); parameters,
+        gradients and the optimizer stay float32 (`kernels.recorded_products`). Faster, at a
+        small cost in perplexity (BENCHMARKS.md). Evaluation stays float32.
     """
 
     # `allennlp predict` on an archive of this model: next/previous words, sentence scores.
@@ -103,9 +108,12 @@ class ElmoBiLmModel(Model):
         dropout: float = 0.1,
         num_samples: int = 8192,
         sparse_softmax: bool = False,
+        training_precision: str = recorded_products.FLOAT32,
         **kwargs,
     ) -> None:
         super().__init__(vocab, **kwargs)
+        recorded_products.check_training_precision(training_precision)
+        self.training_precision = training_precision
         if options is not None and options_file is not None:
             raise ConfigurationError("elmo_bilm: give 'options' or 'options_file', not both.")
         if options is None and options_file is None and weight_file is None:
@@ -235,6 +243,20 @@ class ElmoBiLmModel(Model):
         `loss` (the training objective), `forward_loss` and `backward_loss` (mean negative
         log-likelihood per predicted token of each direction), and `num_targets`.
         """
+        # Only the products of training: evaluation's full softmax stays float32.
+        in_bfloat16 = self.training and self.training_precision == recorded_products.BFLOAT16
+        if in_bfloat16:
+            recorded_products.check_training_precision(self.training_precision, next(self.parameters()).device)
+        with recorded_products.bfloat16_products(in_bfloat16):
+            return self._losses(tokens, forward_tokens, backward_tokens, metadata)
+
+    def _losses(
+        self,
+        tokens: Optional[TextFieldTensors],
+        forward_tokens: Optional[TextFieldTensors],
+        backward_tokens: Optional[TextFieldTensors],
+        metadata: Optional[List[Dict[str, int]]],
+    ) -> Dict[str, torch.Tensor]:
         if tokens is None and (forward_tokens is None or backward_tokens is None or metadata is None):
             raise ConfigurationError(
                 "elmo_bilm: expected a 'tokens' field (sentences) or 'forward_tokens', "

@@ -11,7 +11,13 @@ import numpy
 import torch
 from torch.autograd.function import once_differentiable
 
-from elmo_plugin.kernels.recorded_products import FORWARD, INPUT_GRADIENT, WEIGHT_GRADIENT, product_nt
+from elmo_plugin.kernels.recorded_products import (
+    FORWARD,
+    INPUT_GRADIENT,
+    WEIGHT_GRADIENT,
+    current_precision,
+    product_nt,
+)
 from elmo_plugin.kernels.roles import Role
 
 # Autograd's own derivatives of sigmoid and tanh from their outputs, `gradient * y * (1 - y)`
@@ -78,6 +84,7 @@ class RecordedRecurrence(torch.autograd.Function):
             record,
         )
         ctx.cell, ctx.record, ctx.dropout_mask, ctx.active_rows_at = cell, record, dropout_mask, active_rows_at
+        ctx.precision = current_precision()
         ctx.save_for_backward(state_weight, projection_weight)
         # An output is never an input itself (no step had a row).
         return outputs, final_state.clone() if final_state is state else final_state, (
@@ -88,6 +95,7 @@ class RecordedRecurrence(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, outputs_gradient: torch.Tensor, final_state_gradient: torch.Tensor, final_memory_gradient: torch.Tensor):
         state_weight, projection_weight = ctx.saved_tensors
+        precision = ctx.precision
         cell, steps, dropout_mask, active_rows_at = ctx.cell, ctx.record.steps, ctx.dropout_mask, ctx.active_rows_at
         cell_size = cell.cell_size
         # The gradients of h and c carried back through the steps (rows past a sentence's end
@@ -113,7 +121,9 @@ class RecordedRecurrence(torch.autograd.Function):
                 d_state = torch.where(step.state_within_clip, d_state, 0.0)
             unclipped_state_gradient[step_rows] = d_state
             # (active_rows, cell)
-            d_output_memory = product_nt(Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, projection_weight.t())
+            d_output_memory = product_nt(
+                Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, projection_weight.t(), precision=precision
+            )
             input_gate, forget_gate, memory_init, output_gate = step.gates
             d_memory = memory_gradient[:active_rows] + _tanh_backward(
                 d_output_memory * output_gate, step.squashed_memory
@@ -129,7 +139,7 @@ class RecordedRecurrence(torch.autograd.Function):
             _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
             torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
             state_gradient[:active_rows] = product_nt(
-                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, state_weight.t()
+                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, state_weight.t(), precision=precision
             )
         # Each weight's gradient over all steps at once, in the time-major row order.
         recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]
@@ -142,7 +152,15 @@ class RecordedRecurrence(torch.autograd.Function):
             gates_gradient,
             state_gradient,
             memory_gradient,
-            product_nt(Role.LSTM_RECURRENT, WEIGHT_GRADIENT, gates_gradient.t(), previous_states.t()),
+            product_nt(
+                Role.LSTM_RECURRENT, WEIGHT_GRADIENT, gates_gradient.t(), previous_states.t(), precision=precision
+            ),
             gates_gradient.sum(dim=0),
-            product_nt(Role.LSTM_PROJECTION, WEIGHT_GRADIENT, unclipped_state_gradient.t(), output_memories.t()),
+            product_nt(
+                Role.LSTM_PROJECTION,
+                WEIGHT_GRADIENT,
+                unclipped_state_gradient.t(),
+                output_memories.t(),
+                precision=precision,
+            ),
         )
