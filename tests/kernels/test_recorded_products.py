@@ -76,3 +76,22 @@ def test_float32_lstm_training_through_onednn_has_float64s_gradients(onednn_call
     assert len(onednn_calls) > 0  # the recurrent and input products of float32 training
     for ours, exact in zip(gradients[torch.float32], gradients[torch.float64]):
         torch.testing.assert_close(ours.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+@needs_onednn
+def test_a_librarys_matmul_runs_as_a_chosen_product_with_its_gradients(onednn_calls):  # noqa: F811
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.randn(12, 16, generator=generator, requires_grad=True)
+    sampled = torch.randn(40, 16, generator=generator, requires_grad=True)
+    with recorded_products.matmuls_as_products(Role.SAMPLED_SOFTMAX):
+        logits = torch.matmul(embeddings, sampled.t())  # as AllenNLP's SampledSoftmaxLoss writes it
+        three_dimensional = torch.matmul(embeddings.unsqueeze(0), sampled.t())  # left to torch
+    assert len(onednn_calls) == 1
+    logits.sum().backward()
+    assert len(onednn_calls) == 3  # and the two gradients
+    exact = [tensor.detach().double().requires_grad_(True) for tensor in (embeddings, sampled)]
+    torch.matmul(exact[0], exact[1].t()).sum().backward()
+    torch.testing.assert_close(logits.double(), exact[0].detach() @ exact[1].detach().t(), rtol=1e-5, atol=1e-5)
+    for ours, expected in zip((embeddings, sampled), exact):
+        torch.testing.assert_close(ours.grad.double(), expected.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(three_dimensional[0], logits, rtol=1e-5, atol=1e-5)
