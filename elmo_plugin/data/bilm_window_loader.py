@@ -3,13 +3,15 @@ The data loader of the biLM's packed windows: its batches are one window per str
 `elmo_bilm_corpus` reader, in stream order, so its batch size is the reader's `num_streams`
 and cannot be set to anything else.
 """
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.data_loaders.data_loader import DataLoader
 from allennlp.data.data_loaders.multiprocess_data_loader import MultiProcessDataLoader
+from allennlp.data.data_loaders.data_loader import TensorDict
 from allennlp.data.dataset_readers.dataset_reader import DatasetReader, DatasetReaderInput
+from overrides import overrides
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 
@@ -36,7 +38,9 @@ class BiLmWindowLoader(MultiProcessDataLoader):
     num_workers : `int`, optional (default = `0`)
         0 or 1: the windows must reach the model in order.
     max_instances_in_memory : `int`, optional
-        See `MultiProcessDataLoader` (the reader then shuffles on every pass).
+        See `MultiProcessDataLoader`: the corpus is then read while it is trained on, this many
+        windows ahead, and the reader shuffles it again on every pass. The training configs
+        set it, since all of a corpus's instances take ~0.5 KB of memory per token.
     batches_per_epoch : `int`, optional
         See `MultiProcessDataLoader`.
     cuda_device : `torch.device`, optional
@@ -93,3 +97,16 @@ class BiLmWindowLoader(MultiProcessDataLoader):
             cuda_device=cuda_device,
             quiet=quiet,
         )
+
+    @overrides
+    def __iter__(self) -> Iterator[TensorDict]:
+        if self.max_instances_in_memory is None or self.quiet:
+            yield from super().__iter__()
+            return
+        # Read lazily, instances arrive while the trainer's bar counts the batches: a second
+        # bar for them would print between its updates.
+        self.quiet = True
+        try:
+            yield from super().__iter__()
+        finally:
+            self.quiet = False

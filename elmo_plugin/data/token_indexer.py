@@ -15,6 +15,10 @@ from elmo_plugin.data.character_mapper import (
     ElmoCharacterMapper,
 )
 
+# A corpus spells the same words again and again: the character ids of the first this many
+# distinct words are kept and shared by every token that spells them (never mutated).
+_WORDS_REMEMBERED = 1 << 16
+
 
 @TokenIndexer.register("elmo_characters", exist_ok=True)
 class ElmoTokenCharactersIndexer(TokenIndexer):
@@ -48,6 +52,7 @@ class ElmoTokenCharactersIndexer(TokenIndexer):
         self._namespace = namespace
         self._mapper = ElmoCharacterMapper(tokens_to_add)
         self._cache_namespace = cache_namespace
+        self._remembered_character_ids: Dict[str, List[int]] = {}
 
     @overrides
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]):
@@ -66,13 +71,21 @@ class ElmoTokenCharactersIndexer(TokenIndexer):
     ) -> IndexedTokenList:
         texts = [token.ensure_text() for token in tokens]
         indexed: IndexedTokenList = {
-            "elmo_tokens": [self._mapper.convert_word_to_char_ids(text) for text in texts]
+            "elmo_tokens": [self._character_ids(text) for text in texts]
         }
         if self._cache_namespace is not None:
             indexed["word_inputs"] = [
                 vocabulary.get_token_index(text, self._cache_namespace) for text in texts
             ]
         return indexed
+
+    def _character_ids(self, text: str) -> List[int]:
+        character_ids = self._remembered_character_ids.get(text)
+        if character_ids is None:
+            character_ids = self._mapper.convert_word_to_char_ids(text)
+            if len(self._remembered_character_ids) < _WORDS_REMEMBERED:
+                self._remembered_character_ids[text] = character_ids
+        return character_ids
 
     @overrides
     def as_padded_tensor_dict(

@@ -33,3 +33,28 @@ class TestElmoTokenCharactersIndexer(AllenNlpTestCase):
         assert padded["word_inputs"].tolist() == [indexed["word_inputs"][0], 1, 0]
         assert padded["elmo_tokens"].shape == (3, 50)
         assert indexer.get_empty_token_list() == {"elmo_tokens": [], "word_inputs": []}
+
+    def test_tokens_of_one_word_share_their_character_ids(self):
+        # The training corpus is held as indexed instances: a list of 50 ids per token would
+        # take most of their memory (ids above 256 are objects of their own in Python).
+        from elmo_plugin.data import token_indexer
+        from elmo_plugin.data.character_mapper import ElmoCharacterMapper
+
+        indexer = ElmoTokenCharactersIndexer()
+        first = indexer.tokens_to_indices([Token("bank"), Token("river"), Token("bank")], Vocabulary())
+        second = indexer.tokens_to_indices([Token("bank")], Vocabulary())
+        ids = first["elmo_tokens"]
+        assert ids[0] is ids[2] is second["elmo_tokens"][0]
+        assert ids[0] == ElmoCharacterMapper().convert_word_to_char_ids("bank")
+
+        remembered = token_indexer._WORDS_REMEMBERED
+        token_indexer._WORDS_REMEMBERED = 1
+        try:
+            bounded = ElmoTokenCharactersIndexer()
+            words = ["one", "two", "two", "<S>"]
+            indexed = bounded.tokens_to_indices([Token(word) for word in words], Vocabulary())
+            mapper = ElmoCharacterMapper()
+            assert indexed["elmo_tokens"] == [mapper.convert_word_to_char_ids(word) for word in words]
+            assert list(bounded._remembered_character_ids) == ["one"]
+        finally:
+            token_indexer._WORDS_REMEMBERED = remembered
