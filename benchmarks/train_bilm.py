@@ -319,15 +319,20 @@ def run_brown(args) -> None:
         model.eval()
         os.makedirs(OUTPUT, exist_ok=True)
         torch.save(model.state_dict(), os.path.join(OUTPUT, "brown_bilm.th"))
-        evaluations = {"brown held-out (500 sentences)": heldout_path}
-        for name in ("wikitext2.test.txt", "ptb.test.txt"):
-            evaluations[name] = os.path.join(SHARED_DATA, "lm_eval", name)
-        for label, path in evaluations.items():
-            start = time.perf_counter()
-            result = stream_perplexity(model, vocabulary, path)
-            print(f"{label}: perplexity {result['perplexity']:.1f} (forward "
-                  f"{result['forward_perplexity']:.1f}, backward {result['backward_perplexity']:.1f}), "
-                  f"OOV rate {oov_rate(vocabulary, path):.1%}, {time.perf_counter() - start:.0f} s")
+        print_test_perplexities(model, vocabulary, heldout_path)
+
+
+def print_test_perplexities(model, vocabulary, heldout_path: str, heldout_sentences: int = 500) -> None:
+    """Full-softmax perplexity and OOV rate on held-out Brown, WikiText-2 test and PTB test."""
+    evaluations = {f"brown held-out ({heldout_sentences} sentences)": heldout_path}
+    for name in ("wikitext2.test.txt", "ptb.test.txt"):
+        evaluations[name] = os.path.join(SHARED_DATA, "lm_eval", name)
+    for label, path in evaluations.items():
+        start = time.perf_counter()
+        result = stream_perplexity(model, vocabulary, path)
+        print(f"{label}: perplexity {result['perplexity']:.1f} (forward "
+              f"{result['forward_perplexity']:.1f}, backward {result['backward_perplexity']:.1f}), "
+              f"OOV rate {oov_rate(vocabulary, path):.1%}, {time.perf_counter() - start:.0f} s")
 
 
 def main() -> None:
