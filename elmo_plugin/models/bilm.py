@@ -241,9 +241,9 @@ class ElmoBiLmModel(Model):
         # Returns
 
         `loss` (the training objective), `forward_loss` and `backward_loss` (each direction's
-        negative log-likelihood summed over its predicted tokens, divided by their number for
-        sentences, and by the positions of the batch, streams x longest window, for packed
-        windows: the same for every full batch), and `num_targets`.
+        negative log-likelihood summed over its predicted tokens, divided by their number; in
+        training on packed windows, by the positions of the batch, streams x longest window,
+        which is the same for every full batch), and `num_targets`.
         """
         # Only the products of training: evaluation's full softmax stays float32.
         in_bfloat16 = self.training and self.training_precision == recorded_products.BFLOAT16
@@ -314,7 +314,7 @@ class ElmoBiLmModel(Model):
             self._perplexities[direction](nll_sum, count)
             if direction == "forward":  # both directions predict the same words
                 self._oov_rate(int(count - known.sum()), int(count))
-            if tokens is None:
+            if tokens is None and self.training:
                 # Per position the batch holds (streams x window), not per word it holds: the
                 # last batches of a pass, where a few streams still have text, then move the
                 # weights by their share of a batch. A mean over a dozen words at a full
