@@ -7,9 +7,8 @@ from typing import Iterator, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
-from allennlp.data.data_loaders.data_loader import DataLoader
+from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.data.data_loaders.multiprocess_data_loader import MultiProcessDataLoader
-from allennlp.data.data_loaders.data_loader import TensorDict
 from allennlp.data.dataset_readers.dataset_reader import DatasetReader, DatasetReaderInput
 from overrides import overrides
 
