@@ -33,13 +33,14 @@ from typing import List
 import torch
 from allennlp.models.archival import load_archive
 
-from train_bilm import SHARED_DATA, brown_sentences, print_test_perplexities, write_lines
+from train_bilm import SHARED_DATA, WINDOW_SIZE, brown_sentences, print_test_perplexities, write_lines
 
 RAW_CORPORA = ("abc.zip", "webtext.zip", "state_union.zip")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(]?[A-Z])")
 TOKEN = re.compile(r"\w+(?:[-'.]\w+)*|[^\w\s]")
 HELDOUT_BROWN = 500
 SHARDS = 10
+STREAMS = 128  # the training configs' num_streams
 
 
 def raw_sentences(zip_name: str) -> List[str]:
@@ -123,7 +124,7 @@ directory, in_memory = sys.argv[1], json.loads(sys.argv[2])
 vocabulary = BiLmVocabulary.from_files(directory + "/run/vocabulary")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 start = time.perf_counter()
-reader = BiLmCorpusReader(window_size=20, num_streams=128, shuffle=True)
+reader = BiLmCorpusReader(window_size=int(sys.argv[3]), num_streams=int(sys.argv[4]), shuffle=True)
 loader = BiLmWindowLoader(reader, directory + "/corpus/train/*.txt", max_instances_in_memory=in_memory, quiet=True)
 loader.index_with(vocabulary)
 batches = sum(1 for _ in loader)
@@ -135,13 +136,13 @@ print(json.dumps({"batches": batches, "seconds": time.perf_counter() - start,
 def reading(args) -> None:
     tokens = sum(len(line.split()) for shard in sorted(os.listdir(os.path.join(args.directory, "corpus", "train")))
                  for line in open(os.path.join(args.directory, "corpus", "train", shard), encoding="utf-8"))
-    for label, in_memory in (("lazily, 32 batches ahead", 32 * 128), ("all at once", None)):
+    for label, in_memory in (("lazily, 32 batches ahead", 32 * STREAMS), ("all at once", None)):
         completed = subprocess.run(
-            [sys.executable, "-c", READ_PASS, args.directory, json.dumps(in_memory)],
+            [sys.executable, "-c", READ_PASS, args.directory, json.dumps(in_memory), str(WINDOW_SIZE), str(STREAMS)],
             capture_output=True, text=True, check=True,
         )
         result = json.loads(completed.stdout.strip().splitlines()[-1])
-        print(f"{label}: {result['batches']} batches of 128 windows in {result['seconds']:.1f} s; "
+        print(f"{label}: {result['batches']} batches of {STREAMS} windows in {result['seconds']:.1f} s; "
               f"peak memory above the start {result['peak_mb']:.0f} MB "
               f"({result['peak_mb'] * 1024 / tokens:.2f} KB per token of {tokens})")
 

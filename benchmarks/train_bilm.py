@@ -39,7 +39,7 @@ from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
-from elmo_plugin.kernels import allocation
+from elmo_plugin.kernels import allocation, onednn
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
@@ -84,9 +84,9 @@ def gemm_rate(rounds: int = 3) -> Dict[str, float]:
     }.items():
         a, b = torch.randn(m, k), torch.randn(k, n)
         kernels = {"MKL": lambda: a @ b}
-        if torch.backends.mkldnn.is_available():  # the operator `elmo_plugin.kernels.onednn` uses
+        if onednn.available():
             b_t = b.t().contiguous()
-            kernels["oneDNN"] = lambda: torch.ops.mkldnn._linear_pointwise(a, b_t, None, "none", [], "")
+            kernels["oneDNN"] = lambda: onednn.linear(a, b_t, None)
         for kernel, product in kernels.items():
             for _ in range(2):
                 product()
