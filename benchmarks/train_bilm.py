@@ -19,6 +19,7 @@ Training the biLM on this machine: throughput and a real (short) run.
     python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
     python benchmarks/train_bilm.py perplexity --steps 150 --seed 0
     python benchmarks/train_bilm.py speed --streams 32 --precision bfloat16
+    python benchmarks/train_bilm.py speed --streams 32 --optimizer adagrad
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
 
 Needs ../shared/data (brown.zip, lm_eval/).
@@ -34,7 +35,9 @@ from typing import Dict, List, Tuple
 
 import numpy
 import torch
+from allennlp.common import Params
 from allennlp.data.data_loaders import SimpleDataLoader
+from allennlp.training.optimizers import Optimizer
 from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
@@ -126,6 +129,14 @@ def make_model(vocabulary, seed: int = 0, precision: str = "float32") -> ElmoBiL
                          training_precision=precision)
 
 
+def make_optimizer(model: ElmoBiLmModel, name: str = "fused_adagrad") -> Optimizer:
+    """bilm-tf's Adagrad as the configs build it (`name`: the registered optimizer)."""
+    return Optimizer.from_params(
+        model_parameters=list(model.named_parameters()),
+        params=Params({"type": name, "lr": 0.2, "initial_accumulator_value": 1.0}),
+    )
+
+
 def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None):
     """bilm-tf's step: loss, backward, global-norm clip at 10, Adagrad. Yields per-step facts."""
     model.train()
@@ -183,11 +194,12 @@ def training_loader(path: str, vocabulary, streams: int, seed: int = 0):
     return loader
 
 
-def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32", **limits):
+def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32",
+                   optimizer_name: str = "fused_adagrad", **limits):
     """Brown prepared in `directory`, a fresh model trained within `limits` (see train_steps)."""
     train_path, heldout_path, vocabulary = prepare_brown(directory)
     model = make_model(vocabulary, seed, precision)
-    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+    optimizer = make_optimizer(model, optimizer_name)
     loader = training_loader(train_path, vocabulary, streams, seed)
     steps = list(train_steps(model, loader, optimizer, **limits))
     return model, vocabulary, steps, train_path, heldout_path
@@ -217,7 +229,7 @@ def run_profile(args) -> None:
         train_path, _, vocabulary = prepare_brown(directory)
         model = make_model(vocabulary, precision=args.precision)
         labelled_forward_parts(model)
-        optimizer = torch.optim.Adagrad(model.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        optimizer = make_optimizer(model, args.optimizer)
         steps = train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
                             max_steps=args.steps)
         for _ in range(args.warmup):  # one-off allocations
@@ -241,7 +253,7 @@ def run_speed(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
-            directory, args.streams, precision=args.precision, max_steps=args.steps
+            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer, max_steps=args.steps
         )
     # The first steps include one-off allocations: the process's heap grows to its working
     # size (page faults) before the steps settle.
@@ -252,7 +264,7 @@ def run_speed(args) -> None:
                 for s in measured)
     rates = gemm_rate()
     best_rate = max(rates.values())
-    print(f"training precision {args.precision}; small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
+    print(f"training precision {args.precision}, optimizer {args.optimizer}; small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
           f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
     print(f"steps measured: {len(measured)} after {args.warmup}, {seconds / len(measured):.2f} s/step, "
           f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
@@ -295,11 +307,12 @@ def run_perplexity(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, heldout_path = train_on_brown(
-            directory, args.streams, seed=args.seed, precision=args.precision, max_steps=args.steps
+            directory, args.streams, seed=args.seed, precision=args.precision, optimizer_name=args.optimizer,
+            max_steps=args.steps,
         )
         model.eval()
         result = stream_perplexity(model, vocabulary, heldout_path)
-    print(f"{args.precision}, seed {args.seed}, {len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
+    print(f"{args.precision}, {args.optimizer}, seed {args.seed}, {len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
           f"{numpy.mean([s['loss'] for s in steps[-20:]]):.4f}; Brown held-out perplexity "
           f"{result['perplexity']:.2f} (forward {result['forward_perplexity']:.2f}, "
           f"backward {result['backward_perplexity']:.2f})")
@@ -309,7 +322,8 @@ def run_brown(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, train_path, heldout_path = train_on_brown(
-            directory, args.streams, precision=args.precision, max_seconds=args.minutes * 60
+            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer,
+            max_seconds=args.minutes * 60,
         )
         trained_positions = sum(s["positions"] for s in steps)
         train_tokens = sum(len(line.split()) + 2 for line in open(train_path, encoding="utf-8"))
@@ -347,6 +361,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
+    parser.add_argument("--optimizer", default="fused_adagrad", choices=["fused_adagrad", "adagrad"],
+                        help="the registered optimizer (the configs' default: fused_adagrad)")
     args = parser.parse_args()
     {"speed": run_speed, "perplexity": run_perplexity, "brown": run_brown}[args.part](args)
 

@@ -37,6 +37,7 @@ try:
     from elmo_plugin.predictors import ElmoBiLmPredictor
     from elmo_plugin.training.checkpointer import AtomicCheckpointer  # noqa: F401
     from elmo_plugin.training.config_environment import apply_config_environment_defaults
+    from elmo_plugin.training.fused_adagrad import FusedAdagradOptimizer  # noqa: F401
     from elmo_plugin.weights import ElmoOptions
 except ModuleNotFoundError as error:
     # AllenNLP cannot be a pip dependency (see elmo_plugin.common.installation): say what to run.

@@ -182,8 +182,11 @@ def _write_cache(cache: Dict[str, Dict[str, str]]) -> None:
 
 def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, weight: torch.Tensor,
              bias: Optional[torch.Tensor]) -> str:
-    # With the inputs' strides: a training product reads transposed operands in place.
     sample = inputs.reshape(-1, inputs.size(-1))[:_MEASURED_ROWS]
+    if sample.dim() == 2 and sample.stride(0) == 1 and sample.size(0) > 1:
+        # In the inputs' layout: a training product reads a transposed operand in place, and
+        # its first rows alone, a transposed operand with gaps, would be timed on a slow path.
+        sample = sample.t().contiguous().t()
     exact = torch.nn.functional.linear(sample.double(), weight.double(), None if bias is None else bias.double())
     errors = {label: (product(sample).double() - exact).abs().max().item() for label, product in candidates.items()}
     # Plus a few float32 ulps of the outputs' size, so that an error of 0 by luck (a short

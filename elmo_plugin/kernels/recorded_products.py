@@ -11,6 +11,11 @@ transposed operands through their strides, without copies. The LSTM's written-ou
 `product_nt` directly. Why: on CPUs where MKL runs only its AVX2 code (AMD's), oneDNN's AVX512
 kernels compute these shapes about twice as fast (BENCHMARKS.md).
 
+A weight gradient of a tall, narrow weight (the LSTM's `(4 cell, projection)`, the sampled
+softmax's `(samples, projection)`) is computed as its transpose, `(b a^T)^T`: oneDNN's kernels
+run wide results at up to 3.6x the rate of tall narrow ones (BENCHMARKS.md). Where the kernel is
+measured, that orientation is one more candidate; elsewhere its shape decides (`_weight_gradient_is_tall_and_narrow`).
+
 oneDNN keeps what it builds for every shape it sees, so its operands are padded to a bounded
 set of sizes (`onednn.padded_rows`): the rows, and the inner size where it varies from step to
 step (a weight gradient sums over the step's tokens). Zero rows and columns change no sum.
@@ -31,7 +36,9 @@ from elmo_plugin.kernels.onednn import Product, at_padded_rows, padded_rows
 from elmo_plugin.kernels.roles import ONEDNN_ROLES, Role
 
 FORWARD, INPUT_GRADIENT, WEIGHT_GRADIENT = "training forward", "input gradient", "weight gradient"
-_MKL, _ONEDNN = "mkl", "onednn"
+_MKL, _ONEDNN, _ONEDNN_TRANSPOSED = "mkl", "onednn", "onednn, result transposed"
+# The inner size `_onednn_transposed` sums at once.
+_SUMMED_AT_ONCE = 256
 FLOAT32, BFLOAT16 = "float32", "bfloat16"
 TRAINING_PRECISIONS = (FLOAT32, BFLOAT16)
 # The precision of the products from here on: set around a training forward pass, and saved
@@ -89,20 +96,48 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> t
     return at_padded_rows(lambda rows: onednn.linear(rows, b, bias), a)
 
 
+def _onednn_transposed(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    # (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN adds up the inner size (a
+    # weight gradient's tokens) in one run; in parts of `_SUMMED_AT_ONCE` the rounding stays
+    # within `choice`'s accuracy bound at 128 streams (BENCHMARKS.md).
+    inner = a.size(1)
+    transposed = _onednn(b[:, :_SUMMED_AT_ONCE], a[:, :_SUMMED_AT_ONCE], None)
+    for start in range(_SUMMED_AT_ONCE, inner, _SUMMED_AT_ONCE):
+        end = start + _SUMMED_AT_ONCE
+        transposed.add_(_onednn(b[:, start:end], a[:, start:end], None))
+    outputs = transposed.t().contiguous()
+    return outputs if bias is None else outputs.add_(bias)
+
+
+def _weight_gradient_is_tall_and_narrow(part: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a b^T` is a weight gradient with 8 or more times as many rows as columns: where
+    its transpose was the faster oneDNN product in float32 and in bfloat16 (BENCHMARKS.md; an
+    input gradient of that shape gained nothing)."""
+    return part == WEIGHT_GRADIENT and a.size(0) >= 8 * b.size(0)
+
+
 def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> str:
     # Looked up at every call (the LSTM's steps), so by a key of its own, not `choice`'s name.
-    key = (role, part, (b.size(0), b.size(1)), choice.row_class(a.size(0)))
+    # The inner size padded as oneDNN sees it: a weight gradient's varies with every step.
+    key = (role, part, (b.size(0), padded_rows(b.size(1))), choice.row_class(a.size(0)))
     kernel = choice.call_site_decisions.get(key)
     if kernel is None:
         if not onednn.available():
             kernel = _MKL
         elif choice.mode() == choice.FIXED:
-            kernel = _ONEDNN if role in ONEDNN_ROLES else _MKL
+            if role not in ONEDNN_ROLES:
+                kernel = _MKL
+            elif _weight_gradient_is_tall_and_narrow(part, a, b):
+                kernel = _ONEDNN_TRANSPOSED
+            else:
+                kernel = _ONEDNN
         else:
             candidates: Dict[str, Product] = {
                 _MKL: lambda rows: _mkl(rows, b, bias),
                 _ONEDNN: lambda rows: _onednn(rows, b, bias),
             }
+            if part == WEIGHT_GRADIENT:
+                candidates[_ONEDNN_TRANSPOSED] = lambda rows: _onednn_transposed(rows, b, bias)
             kernel = choice.chosen((f"{role.value} {part}", key[2], key[3]), candidates, a, b, bias)
         choice.call_site_decisions[key] = kernel
     return kernel
@@ -124,7 +159,8 @@ def product_nt(
     one (`bfloat16_products`).
     """
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
-        outputs = _onednn(a.to(torch.bfloat16), b.to(torch.bfloat16), None).float()
+        in_bfloat16 = _onednn_transposed if _weight_gradient_is_tall_and_narrow(part, a, b) else _onednn
+        outputs = in_bfloat16(a.to(torch.bfloat16), b.to(torch.bfloat16), None).float()
         return outputs if bias is None else outputs.add_(bias)
     if (
         a.device.type != "cpu"
@@ -132,10 +168,14 @@ def product_nt(
         or b.dtype is not torch.float32
         or a.numel() == 0
         or b.numel() == 0
-        or _kernel(role, part, a, b, bias) == _MKL
     ):
         return _mkl(a, b, bias)
-    return _onednn(a, b, bias)
+    kernel = _kernel(role, part, a, b, bias)
+    if kernel == _ONEDNN:
+        return _onednn(a, b, bias)
+    if kernel == _ONEDNN_TRANSPOSED:
+        return _onednn_transposed(a, b, bias)
+    return _mkl(a, b, bias)
 
 
 class LinearWithGradients(torch.autograd.Function):

@@ -39,7 +39,7 @@ def test_the_fixed_table_keeps_projections_on_mkl(onednn_calls):
 
 
 @needs_onednn
-@pytest.mark.parametrize("winner", ["mkl", "onednn"])
+@pytest.mark.parametrize("winner", ["mkl", "onednn", "onednn, result transposed"])
 def test_each_training_product_is_chosen_once_per_class_and_logged(measuring, monkeypatch, caplog, winner):  # noqa: F811
     timed = winning(monkeypatch, winner)
     layer = torch.nn.Linear(16, 64)
@@ -47,14 +47,49 @@ def test_each_training_product_is_chosen_once_per_class_and_logged(measuring, mo
     with caplog.at_level(logging.INFO, logger=choice.__name__):
         for _ in range(2):
             recorded_products.trained_product(Role.HIGHWAY, layer.weight, layer.bias)(inputs).sum().backward()
-    assert len(timed) == 6  # forward, input gradient, weight gradient: two candidates each, once
+    # Forward and input gradient: two candidates each; the weight gradient three; once each.
+    assert len(timed) == 7
     messages = sorted(r.getMessage().split(":")[0] for r in caplog.records if r.name == choice.__name__)
     assert messages == [
         "Kernel for highway input gradient 16x64 rows<=64 from mkl/onednn",
         "Kernel for highway training forward 64x16 rows<=64 from mkl/onednn",
-        "Kernel for highway weight gradient 16x20 rows<=64 from mkl/onednn",
+        "Kernel for highway weight gradient 16x20 rows<=64 from mkl/onednn/onednn, result transposed",
     ]
-    assert all(f"from mkl/onednn: {winner}" in r.getMessage() for r in caplog.records if r.name == choice.__name__)
+    decided = [r.getMessage().split(": ")[1].split(", measured")[0] for r in caplog.records if r.name == choice.__name__]
+    expected = {"mkl": ["mkl"] * 3, "onednn": ["onednn"] * 3, "onednn, result transposed": ["mkl", "mkl", winner]}
+    assert sorted(decided) == sorted(expected[winner])  # a lone transposed candidate loses to MKL
+    exact = inputs.detach().double()
+    torch.testing.assert_close(layer.weight.grad.double(), 2 * torch.ones(64, 1).double() @ exact.sum(0, keepdim=True),
+                               rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_tall_narrow_weight_gradient_is_computed_transposed_in_parts_of_the_tokens(onednn_calls):  # noqa: F811
+    generator = torch.Generator().manual_seed(0)
+    # 600 tokens: parts of 256, 256 and 88 (padded to 96); the (200, 16) result from (16, 200) ones.
+    gradient, inputs = torch.randn(600, 200, generator=generator), torch.randn(600, 16, generator=generator)
+    ours = product_nt(Role.LSTM_INPUT, WEIGHT_GRADIENT, gradient.t(), inputs.t())
+    assert onednn_calls == [((16, 256), (200, 256))] * 2 + [((16, 96), (200, 96))]
+    assert ours.shape == (200, 16) and ours.is_contiguous()
+    # Sums of 600 terms of about 1: float32 rounding of 1e-5 at most.
+    torch.testing.assert_close(ours.double(), gradient.double().t() @ inputs.double(), rtol=0, atol=5e-5)
+    # A wide result, or another part of training, stays as it is.
+    product_nt(Role.LSTM_INPUT, WEIGHT_GRADIENT, inputs.t(), gradient.t())
+    product_nt(Role.LSTM_INPUT, FORWARD, gradient, torch.randn(16, 200, generator=generator))
+    assert onednn_calls[3:] == [((16, 640), (200, 640)), ((640, 224), (16, 224))]  # rows and inner sizes padded
+
+
+@needs_onednn
+@pytest.mark.skipif(
+    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()), reason="no bfloat16 products"
+)
+def test_in_bfloat16_a_tall_narrow_weight_gradient_is_computed_transposed_too(onednn_calls):  # noqa: F811
+    generator = torch.Generator().manual_seed(0)
+    gradient, inputs = torch.randn(300, 200, generator=generator), torch.randn(300, 16, generator=generator)
+    ours = product_nt(Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, gradient.t(), inputs.t(), precision="bfloat16")
+    assert onednn_calls == [((16, 256), (200, 256)), ((16, 48), (200, 48))]
+    assert ours.dtype is torch.float32 and ours.shape == (200, 16) and ours.is_contiguous()
+    torch.testing.assert_close(ours.double(), gradient.double().t() @ inputs.double(), rtol=2e-2, atol=0.5)
 
 
 @needs_onednn
@@ -95,3 +130,22 @@ def test_a_librarys_matmul_runs_as_a_chosen_product_with_its_gradients(onednn_ca
     for ours, expected in zip((embeddings, sampled), exact):
         torch.testing.assert_close(ours.grad.double(), expected.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(three_dimensional[0], logits, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_a_weight_gradients_class_is_its_padded_token_count_timed_in_its_own_layout(measuring, monkeypatch):  # noqa: F811
+    samples = []
+
+    def fake_timed(product, inputs):
+        samples.append(inputs)
+        return 1.0
+
+    monkeypatch.setattr(choice, "timed", fake_timed)
+    generator = torch.Generator().manual_seed(0)
+    for tokens in (41, 44, 47):  # one padded class (48): measured once
+        gradient, inputs = torch.randn(tokens, 3000, generator=generator), torch.randn(tokens, 16, generator=generator)
+        product_nt(Role.LSTM_INPUT, WEIGHT_GRADIENT, gradient.t(), inputs.t())
+    assert len(samples) == 3  # the three candidates
+    # The first rows of the transposed gradient, still a dense transposed operand (with gaps
+    # between columns, oneDNN took seconds for what takes a millisecond).
+    assert all(sample.shape == (2048, 41) and sample.t().is_contiguous() for sample in samples)

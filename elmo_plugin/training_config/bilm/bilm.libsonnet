@@ -49,7 +49,7 @@
     dropout=0.1,
     lr=0.2,
     num_epochs=10,
-    optimizer=null,  // default: bilm-tf's Adagrad with learning rate `lr`
+    optimizer=null,  // default: bilm-tf's Adagrad with learning rate `lr` (torch's fused kernel)
     checkpoint_every_seconds=300,
   ):: {
     dataset_reader: {
@@ -72,7 +72,7 @@
     data_loader: { type: 'bilm_windows', max_instances_in_memory: 32 * num_streams },
     trainer: {
       optimizer: if optimizer == null
-      then { type: 'adagrad', lr: lr, initial_accumulator_value: 1.0 }
+      then { type: 'fused_adagrad', lr: lr, initial_accumulator_value: 1.0 }
       else optimizer,
       grad_norm: 10.0,
       num_epochs: num_epochs,

@@ -1,0 +1,72 @@
+"""
+AllenNLP's "adagrad" optimizer with torch's fused kernel, the biLM configs' default.
+"""
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from allennlp.training.optimizers import Optimizer, make_parameter_groups
+
+# The devices torch's fused Adagrad runs on (torch.optim.Adagrad's `fused`).
+FUSED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+@Optimizer.register("fused_adagrad")
+class FusedAdagradOptimizer(Optimizer, torch.optim.Adagrad):
+    """
+    AllenNLP's `"adagrad"` (the same parameters, the same state in checkpoints) with torch's
+    fused implementation where every parameter is on the CPU or a GPU: one pass over each
+    parameter per step, where the default makes four (the squared gradient added, its square
+    root, the epsilon added, the update). A biLM has tens of millions of parameters, and on the
+    CPU those passes took a tenth of a training step (BENCHMARKS.md). The fused kernel rounds
+    a little differently from the default, so a run differs from `"adagrad"` in its last bits.
+    Checkpoints hold the same state as `"adagrad"`'s, and torch's `fused` setting with it: a run
+    continued from a checkpoint keeps the implementation it was written with.
+    A parameter group that gets a sparse gradient (`sparse_softmax`) is updated by the default
+    implementation from then on (the fused kernel takes dense gradients only).
+
+    Registered as an `Optimizer` with name "fused_adagrad".
+
+    # Parameters
+
+    model_parameters : `List[Tuple[str, torch.nn.Parameter]]`
+        Given by the trainer.
+    parameter_groups : `List[Tuple[List[str], Dict[str, Any]]]`, optional
+        AllenNLP's parameter groups (regular expressions and their options).
+    lr : `float`, optional (default = `0.01`)
+    lr_decay : `float`, optional (default = `0.0`)
+    weight_decay : `float`, optional (default = `0.0`)
+    initial_accumulator_value : `float`, optional (default = `0.0`)
+        bilm-tf starts the accumulators at 1.0 (`bilm.libsonnet` does).
+    eps : `float`, optional (default = `1e-10`)
+    """
+
+    def __init__(
+        self,
+        model_parameters: List[Tuple[str, torch.nn.Parameter]],
+        parameter_groups: List[Tuple[List[str], Dict[str, Any]]] = None,
+        lr: float = 0.01,
+        lr_decay: float = 0.0,
+        weight_decay: float = 0.0,
+        initial_accumulator_value: float = 0.0,
+        eps: float = 1e-10,
+    ) -> None:
+        fused = all(
+            parameter.device.type in FUSED_DEVICE_TYPES for _, parameter in model_parameters
+        )
+        super().__init__(
+            params=make_parameter_groups(model_parameters, parameter_groups),
+            lr=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            eps=eps,
+            fused=fused or None,
+        )
+
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        for group in self.param_groups:
+            if group["fused"] and any(
+                parameter.grad is not None and parameter.grad.is_sparse for parameter in group["params"]
+            ):
+                group["fused"] = None
+        return super().step(closure)
