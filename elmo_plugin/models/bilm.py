@@ -22,6 +22,7 @@ from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
 from elmo_plugin.kernels import allocation, recorded_products
 from elmo_plugin.kernels.roles import Role
+from elmo_plugin.models.candidate_sampler import log_uniform_without_replacement
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
@@ -143,6 +144,8 @@ class ElmoBiLmModel(Model):
             num_samples=num_samples,
             sparse=sparse_softmax,
         )
+        # AllenNLP's sampler, without its per-draw Python loop: the same samples.
+        self._softmax_loss.choice_func = log_uniform_without_replacement
         if weights is not None and options.softmax_in_weights:  # fine-tuning from a trained softmax
             self._start_from_trained_softmax(*layout.trained_softmax(weights.arrays, options))
         if elmo_options.share_embedding_softmax:

@@ -262,3 +262,21 @@ def test_a_batch_of_windows_weighs_its_words_as_a_full_batch_would(tmp_path):
                 assert loss == pytest.approx(summed / (positions if training else targets), rel=1e-9)
         full_or_partial.add(targets == positions)
     assert full_or_partial == {True, False}
+
+
+def test_the_training_loss_samples_as_allennlps_sampled_softmax_does(tmp_path):
+    from allennlp.modules.sampled_softmax_loss import _choice
+
+    torch.manual_seed(BILM_SEED)
+    model = tiny_model(dropout=0.0).double().train()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the bats hang upside down in the old cave by the river\n" * 3)
+    batch = Batch(list(BiLmCorpusReader(window_size=4, num_streams=3).read(str(corpus)))[:3])
+    batch.index_instances(model.vocab)
+    tensors = batch.as_tensor_dict()
+    losses = []
+    for choice_func in (model._softmax_loss.choice_func, _choice):
+        model._softmax_loss.choice_func = choice_func
+        numpy.random.seed(0)
+        losses.append(float(model(**tensors)["loss"].detach()))
+    assert losses[0] == losses[1]

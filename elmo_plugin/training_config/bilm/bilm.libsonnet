@@ -1,7 +1,8 @@
 // Shared pieces of the biLM training configs: `bilm.config(...)` returns a complete
 // `allennlp train` config for the elmo_bilm model. bilm-tf's training recipe is the default:
 // packed windows of 20 predictions with carried LSTM state, 128 streams per batch, a sampled
-// softmax with 8192 negatives, dropout 0.1, Adagrad (lr 0.2, accumulators starting at 1)
+// softmax with 8192 negatives, dropout 0.1, Adagrad (lr 0.2, accumulators starting at 1; the
+// 'fused_adagrad' optimizer: torch's fused kernel)
 // and the global gradient norm clipped at 10. A checkpoint every 5 minutes within the epoch
 // (written atomically), from which `allennlp train ... --recover` continues exactly; the
 // 'elmo_bilm' trainer callback checks the data against the model before the first step.
