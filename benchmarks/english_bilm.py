@@ -7,6 +7,7 @@ and OOV rate on WikiText-2, PTB and held-out Brown.
     allennlp train training_config/bilm/small.jsonnet -s /tmp/english/run -o '{...}'  # printed
     python benchmarks/english_bilm.py evaluate /tmp/english         # the figures
     python benchmarks/english_bilm.py reading /tmp/english          # one pass of the loader
+    # --run NAME: a run directory other than /tmp/english/run (e.g. a second run beside it)
 
 `reading`: one pass of the training loader over the corpus (vocabulary from the run), read
 lazily as the configs do and all at once (`max_instances_in_memory` null), each in a fresh
@@ -97,12 +98,12 @@ def prepare(args) -> None:
         "trainer.num_epochs": args.epochs,
     }
     print("train with:\n  allennlp train training_config/bilm/small.jsonnet -s "
-          f"{os.path.join(args.directory, 'run')} -o '{json.dumps(overrides)}'")
+          f"{os.path.join(args.directory, args.run)} -o '{json.dumps(overrides)}'")
 
 
 def evaluate(args) -> None:
     torch.set_num_threads(args.threads)
-    run = os.path.join(args.directory, "run")
+    run = os.path.join(args.directory, args.run)
     archive = load_archive(os.path.join(run, "model.tar.gz"))
     model, vocabulary = archive.model, archive.model.vocab
     model.eval()
@@ -121,7 +122,7 @@ from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.bilm_window_loader import BiLmWindowLoader
 directory, in_memory = sys.argv[1], json.loads(sys.argv[2])
-vocabulary = BiLmVocabulary.from_files(directory + "/run/vocabulary")
+vocabulary = BiLmVocabulary.from_files(directory + "/" + sys.argv[5] + "/vocabulary")
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 start = time.perf_counter()
 reader = BiLmCorpusReader(window_size=int(sys.argv[3]), num_streams=int(sys.argv[4]), shuffle=True)
@@ -138,7 +139,8 @@ def reading(args) -> None:
                  for line in open(os.path.join(args.directory, "corpus", "train", shard), encoding="utf-8"))
     for label, in_memory in (("lazily, 32 batches ahead", 32 * STREAMS), ("all at once", None)):
         completed = subprocess.run(
-            [sys.executable, "-c", READ_PASS, args.directory, json.dumps(in_memory), str(WINDOW_SIZE), str(STREAMS)],
+            [sys.executable, "-c", READ_PASS, args.directory, json.dumps(in_memory), str(WINDOW_SIZE), str(STREAMS),
+             args.run],
             capture_output=True, text=True, check=True,
         )
         result = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -154,6 +156,7 @@ def main() -> None:
     parser.add_argument("--precision", default="bfloat16", choices=["float32", "bfloat16"])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--run", default="run", help="the training run's directory, under `directory`")
     args = parser.parse_args()
     {"prepare": prepare, "evaluate": evaluate, "reading": reading}[args.part](args)
 
