@@ -99,9 +99,10 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> t
 def _onednn_transposed(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     # (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN adds up the inner size (a
     # weight gradient's tokens) in one run; in parts of `_SUMMED_AT_ONCE` the rounding stays
-    # within `choice`'s accuracy bound at 128 streams (BENCHMARKS.md).
+    # within `choice`'s accuracy bound at 128 streams (BENCHMARKS.md). The parts are added in
+    # float32 (a bfloat16 product's result is bfloat16).
     inner = a.size(1)
-    transposed = _onednn(b[:, :_SUMMED_AT_ONCE], a[:, :_SUMMED_AT_ONCE], None)
+    transposed = _onednn(b[:, :_SUMMED_AT_ONCE], a[:, :_SUMMED_AT_ONCE], None).float()
     for start in range(_SUMMED_AT_ONCE, inner, _SUMMED_AT_ONCE):
         end = start + _SUMMED_AT_ONCE
         transposed.add_(_onednn(b[:, start:end], a[:, start:end], None))

@@ -89,7 +89,11 @@ def test_in_bfloat16_a_tall_narrow_weight_gradient_is_computed_transposed_too(on
     ours = product_nt(Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, gradient.t(), inputs.t(), precision="bfloat16")
     assert onednn_calls == [((16, 256), (200, 256)), ((16, 48), (200, 48))]
     assert ours.dtype is torch.float32 and ours.shape == (200, 16) and ours.is_contiguous()
-    torch.testing.assert_close(ours.double(), gradient.double().t() @ inputs.double(), rtol=2e-2, atol=0.5)
+    # As accurate as the product in one piece: the parts are added in float32, not bfloat16.
+    exact = gradient.double().t() @ inputs.double()
+    in_one_piece = product_nt(Role.SAMPLED_SOFTMAX, FORWARD, gradient.t(), inputs.t(), precision="bfloat16")
+    error, error_in_one_piece = ((values.double() - exact).abs().max() for values in (ours, in_one_piece))
+    assert error <= 1.25 * error_in_one_piece
 
 
 @needs_onednn
