@@ -96,8 +96,8 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> t
     return at_padded_rows(lambda rows: onednn.linear(rows, b, bias), a)
 
 
-def _onednn_transposed(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    # (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN adds up the inner size (a
+def _onednn_transposed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    # A weight gradient (no bias): (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN adds up the inner size (a
     # weight gradient's tokens) in one run; in parts of `_SUMMED_AT_ONCE` the rounding stays
     # within `choice`'s accuracy bound at 128 streams (BENCHMARKS.md). The parts are added in
     # float32 (a bfloat16 product's result is bfloat16).
@@ -106,8 +106,7 @@ def _onednn_transposed(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Te
     for start in range(_SUMMED_AT_ONCE, inner, _SUMMED_AT_ONCE):
         end = start + _SUMMED_AT_ONCE
         transposed.add_(_onednn(b[:, start:end], a[:, start:end], None))
-    outputs = transposed.t().contiguous()
-    return outputs if bias is None else outputs.add_(bias)
+    return transposed.t().contiguous()
 
 
 def _weight_gradient_is_tall_and_narrow(part: str, a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -138,7 +137,7 @@ def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optio
                 _ONEDNN: lambda rows: _onednn(rows, b, bias),
             }
             if part == WEIGHT_GRADIENT:
-                candidates[_ONEDNN_TRANSPOSED] = lambda rows: _onednn_transposed(rows, b, bias)
+                candidates[_ONEDNN_TRANSPOSED] = lambda rows: _onednn_transposed(rows, b)
             kernel = choice.chosen((f"{role.value} {part}", key[2], key[3]), candidates, a, b, bias)
         choice.call_site_decisions[key] = kernel
     return kernel
@@ -160,8 +159,9 @@ def product_nt(
     one (`bfloat16_products`).
     """
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
-        in_bfloat16 = _onednn_transposed if _weight_gradient_is_tall_and_narrow(part, a, b) else _onednn
-        outputs = in_bfloat16(a.to(torch.bfloat16), b.to(torch.bfloat16), None).float()
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        transposed = _weight_gradient_is_tall_and_narrow(part, a, b)
+        outputs = (_onednn_transposed(a, b) if transposed else _onednn(a, b, None)).float()
         return outputs if bias is None else outputs.add_(bias)
     if (
         a.device.type != "cpu"
@@ -175,7 +175,7 @@ def product_nt(
     if kernel == _ONEDNN:
         return _onednn(a, b, bias)
     if kernel == _ONEDNN_TRANSPOSED:
-        return _onednn_transposed(a, b, bias)
+        return _onednn_transposed(a, b)
     return _mkl(a, b, bias)
 
 
