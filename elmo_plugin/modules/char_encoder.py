@@ -54,11 +54,14 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         num_windows = num_characters - width + 1
         flat_filters = filters.reshape(out_channels, -1)
         code_dtype = torch.uint8 if num_windows <= 256 else torch.int32
-        window_codes = torch.arange(num_windows, dtype=code_dtype, device=filters.device).view(1, -1, 1)
+        # (1, windows, 1): each window's position, exact in float32
+        window_codes = torch.arange(num_windows, dtype=filters.dtype, device=filters.device).view(1, -1, 1)
         # A few tokens at a time, so that a chunk's products stay in the cache for the maximum
         # and the comparisons that read them again (the widest filters' products are ~180 kB
         # per token).
         chunk = max(1, _CNN_TRAINING_CHUNK_BYTES // (num_windows * out_channels * filters.element_size()))
+        # (tokens, windows, out_channels): where a window reaches its maximum, as 1.0 or 0.0
+        reaches_maximum = filters.new_empty(min(chunk, num_tokens), num_windows, out_channels)
         maxima, windows = [], []
         for ids in character_ids.split(chunk):
             # (tokens, windows, char_dim x width): the layout of the flattened filters
@@ -72,10 +75,12 @@ class ConvolveAndMaxPool(torch.autograd.Function):
             # (tokens, 1, out_channels)
             chunk_maxima = products.amax(dim=1, keepdim=True)
             maxima.append(chunk_maxima.squeeze(1))
-            # (tokens, out_channels): a window reaching its maximum (the last of tied ones),
-            # found with byte-sized comparisons and maxima: `torch.max` with positions is
-            # several times slower over this middle axis.
-            windows.append(((products == chunk_maxima).to(code_dtype) * window_codes).amax(dim=1))
+            # (tokens, out_channels): a window reaching its maximum (the last of tied ones) as
+            # the largest position among them. The comparison writes float32: into a bool tensor
+            # it was 5-6x slower, and `torch.max` with positions is several times slower over
+            # this middle axis (BENCHMARKS.md).
+            flags = torch.eq(products, chunk_maxima, out=reaches_maximum[: ids.size(0)])
+            windows.append(flags.mul_(window_codes).amax(dim=1).to(code_dtype))
         windows = torch.cat(windows)
         ctx.save_for_backward(character_ids, table, filters, windows)
         return torch.cat(maxima)
@@ -88,23 +93,24 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         # Bins for the characters that occur here only (ELMoForManyLangs' tables have
         # thousands of rows).
         occurring, local_ids = torch.unique(character_ids, return_inverse=True)
-        # (out_channels, tokens): where each maximum's window starts in the flattened ids
-        token_starts = torch.arange(0, num_tokens * num_characters, num_characters, device=windows.device)
-        window_starts = windows.t().long() + token_starts.view(1, -1)
-        flat_ids = local_ids.reshape(-1)
-        # bins[j, f, a]: the gradient of filter f's maxima whose window holds character a at
-        # offset j
-        bins = gradient.new_zeros(width, out_channels, occurring.numel())
-        gradient_t = gradient.t()
+        # (tokens, windows, width): the characters of every window
+        window_characters = local_ids.unfold(1, width, 1)
+        maximum_windows = windows.long()
+        # bins[j, a, f]: the gradient of filter f's maxima whose window holds character a at
+        # offset j. Scattered along the tokens, in the layout the gradient and the windows
+        # already have (along the filters, it took twice as long).
+        bins = gradient.new_zeros(width, occurring.numel(), out_channels)
         for offset in range(width):
-            bins[offset].scatter_add_(1, flat_ids[offset:].take(window_starts), gradient_t)
+            # (tokens, out_channels): the character at `offset` in each maximum's window
+            characters = window_characters[:, :, offset].gather(1, maximum_windows)
+            bins[offset].scatter_add_(0, characters, gradient)
         table_gradient = filters_gradient = None
         if ctx.needs_input_grad[2]:
             # (width, out, char_dim) -> (out, char_dim, width)
-            filters_gradient = torch.matmul(bins, table.index_select(0, occurring)).permute(1, 2, 0)
+            filters_gradient = torch.matmul(bins.transpose(1, 2), table.index_select(0, occurring)).permute(1, 2, 0)
         if ctx.needs_input_grad[1]:
             # (occurring, width x out) x (width x out, char_dim)
-            occurring_gradient = bins.permute(2, 0, 1).reshape(occurring.numel(), -1) @ filters.permute(
+            occurring_gradient = bins.transpose(0, 1).reshape(occurring.numel(), -1) @ filters.permute(
                 2, 0, 1
             ).reshape(width * out_channels, char_dim)
             table_gradient = table.new_zeros(table.shape).index_copy_(0, occurring, occurring_gradient)

@@ -35,8 +35,8 @@ class StepValues(NamedTuple):
     previous_state: torch.Tensor  # (active rows, hidden)
     squashed_memory: torch.Tensor  # tanh(c)
     output_memory: torch.Tensor  # o * tanh(c), the projection's input
-    memory_within_clip: Optional[torch.Tensor]  # bool, None without clipping
-    state_within_clip: Optional[torch.Tensor]
+    memory_within_clip: Optional[torch.Tensor]  # 1.0 where the clip passed c, else 0.0; None without clipping
+    state_within_clip: Optional[torch.Tensor]  # the same for h
 
 
 class RecordedSteps:
@@ -113,13 +113,17 @@ class RecordedRecurrence(torch.autograd.Function):
                 continue
             step = steps[index]
             step_rows = slice(step_starts[index], step_starts[index] + active_rows)
-            # (active_rows, hidden)
-            d_state = state_gradient[:active_rows] + outputs_gradient[:active_rows, index]
+            # (active_rows, hidden): the clips' masks multiply (not `torch.where`, several times
+            # slower at these sizes)
+            d_state = torch.add(
+                state_gradient[:active_rows],
+                outputs_gradient[:active_rows, index],
+                out=unclipped_state_gradient[step_rows],
+            )
             if dropout_mask is not None:
-                d_state = d_state * dropout_mask[:active_rows]
+                d_state.mul_(dropout_mask[:active_rows])
             if step.state_within_clip is not None:
-                d_state = torch.where(step.state_within_clip, d_state, 0.0)
-            unclipped_state_gradient[step_rows] = d_state
+                d_state.mul_(step.state_within_clip)
             # (active_rows, cell)
             d_output_memory = product_nt(
                 Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, projection_weight.t(), precision=precision
@@ -129,7 +133,7 @@ class RecordedRecurrence(torch.autograd.Function):
                 d_output_memory * output_gate, step.squashed_memory
             )
             if step.memory_within_clip is not None:
-                d_memory = torch.where(step.memory_within_clip, d_memory, 0.0)
+                d_memory.mul_(step.memory_within_clip)
             # (active_rows, 4 * cell): the gradients before each gate's nonlinearity
             step_gates_gradient = gates_gradient[step_rows]
             d_input, d_forget, d_memory_init, d_output = step_gates_gradient.split(cell_size, dim=1)
