@@ -226,39 +226,3 @@ def trained_product(role: Role, weight: torch.Tensor, bias: Optional[torch.Tenso
         return LinearWithGradients.apply(inputs, weight, bias, role)
 
     return product
-
-
-class _MatmulsAsProducts(torch.overrides.TorchFunctionMode):
-    """Within the block, `torch.matmul(a, b)` of 2-D float32 CPU operands as `a (b^T)^T`
-    through `product_nt` (with `LinearWithGradients` where autograd records it)."""
-
-    def __init__(self, role: Role) -> None:
-        super().__init__()
-        self.role = role
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.matmul and len(args) == 2 and not kwargs:
-            a, b = args
-            if (
-                isinstance(a, torch.Tensor)
-                and isinstance(b, torch.Tensor)
-                and a.dim() == 2
-                and b.dim() == 2
-                and a.device.type == "cpu"
-                and a.dtype is torch.float32
-                and b.dtype is torch.float32
-            ):
-                if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
-                    return LinearWithGradients.apply(a, b.t(), None, self.role)
-                return product_nt(self.role, FORWARD, a, b.t())
-        return func(*args, **kwargs)
-
-
-def matmuls_as_products(role: Role) -> torch.overrides.TorchFunctionMode:
-    """
-    A context in which a library's own matrix products (`torch.matmul` of two matrices) run as
-    `role`'s chosen products: for AllenNLP's `SampledSoftmaxLoss`, whose logits are such a
-    product, without a copy of its code.
-    """
-    return _MatmulsAsProducts(role)

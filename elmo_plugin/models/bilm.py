@@ -10,7 +10,6 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
-from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from overrides import overrides
 
 from elmo_plugin.data.bilm_corpus_reader import (
@@ -21,8 +20,7 @@ from elmo_plugin.data.bilm_corpus_reader import (
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
 from elmo_plugin.kernels import allocation, recorded_products
-from elmo_plugin.kernels.roles import Role
-from elmo_plugin.models.candidate_sampler import log_uniform_without_replacement
+from elmo_plugin.models.sampled_softmax import FusedSampledSoftmaxLoss
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
@@ -51,8 +49,9 @@ class ElmoBiLmModel(Model):
     losses. Data comes from `elmo_bilm_corpus`, as sentences or as packed windows with the
     LSTM state carried from batch to batch (truncated BPTT, as bilm-tf trains).
 
-    The softmax is sampled (`SampledSoftmaxLoss`, log-uniform candidates, which assumes ids in
-    decreasing frequency) in training and full in evaluation, so `allennlp evaluate` reports
+    The softmax is sampled (AllenNLP's `SampledSoftmaxLoss`, as `FusedSampledSoftmaxLoss`;
+    log-uniform candidates, which assumes ids in decreasing frequency) in training and full in
+    evaluation, so `allennlp evaluate` reports
     the exact perplexity. Metrics: `forward_perplexity`, `backward_perplexity` and
     `perplexity` (of both directions' tokens together, i.e. exp of the mean of the two mean
     losses, bilm-tf's "average perplexity"); during training they come from the sampled
@@ -138,14 +137,12 @@ class ElmoBiLmModel(Model):
         self._bilm = TrainableBiLm(options, weights, BiLmVocabulary.words(vocab), lstm_input_dropout=dropout)
         elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)
-        self._softmax_loss = SampledSoftmaxLoss(
+        self._softmax_loss = FusedSampledSoftmaxLoss(
             num_words=num_words,
             embedding_dim=elmo_options.projection_dim,
             num_samples=num_samples,
             sparse=sparse_softmax,
         )
-        # AllenNLP's sampler, without its per-draw Python loop: the same samples.
-        self._softmax_loss.choice_func = log_uniform_without_replacement
         if weights is not None and options.softmax_in_weights:  # fine-tuning from a trained softmax
             self._start_from_trained_softmax(*layout.trained_softmax(weights.arrays, options))
         if elmo_options.share_embedding_softmax:
@@ -306,8 +303,7 @@ class ElmoBiLmModel(Model):
             predicted, wanted = outputs[mask], targets[mask]
             known = wanted != self._unknown_id
             if self.training:
-                with recorded_products.matmuls_as_products(Role.SAMPLED_SOFTMAX):
-                    nll_sum = self._softmax_loss(predicted, wanted)
+                nll_sum = self._softmax_loss(predicted, wanted)
             else:
                 # The full softmax, token by token: the in-vocabulary perplexity needs each loss.
                 token_nll = self._full_softmax_nll(predicted, wanted)

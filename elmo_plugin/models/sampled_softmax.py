@@ -1,0 +1,200 @@
+"""
+AllenNLP's `SampledSoftmaxLoss` with its training loss computed in fewer passes over the
+`(targets, samples)` logits (`FusedSampledSoftmaxLoss`).
+"""
+from typing import Tuple
+
+import torch
+from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
+from allennlp.nn import util
+from overrides import overrides
+from torch.autograd.function import once_differentiable
+
+from elmo_plugin.kernels.recorded_products import (
+    FORWARD,
+    INPUT_GRADIENT,
+    WEIGHT_GRADIENT,
+    current_precision,
+    product_nt,
+)
+from elmo_plugin.kernels.roles import Role
+from elmo_plugin.models.candidate_sampler import log_uniform_without_replacement
+
+# AllenNLP's logit for a sampled word that is the row's own target.
+_MASKED_LOGIT = -10000.0
+
+
+class FusedSampledSoftmaxLoss(SampledSoftmaxLoss):
+    """
+    AllenNLP's `SampledSoftmaxLoss` (same parameters, samples, evaluation and loss, to float32
+    rounding), whose training loss takes a third of the passes over the `(targets, samples)`
+    logits and its backward pass written out (`_SampledSoftmaxNll`). AllenNLP builds the logits
+    in five steps (the product, the bias, the expected counts, the mask of sampled targets as a
+    full bool tensor, the concatenation with the true logits), then takes a log-softmax whose
+    gradient flows back through each; at 640 targets and 8,192 samples those passes took twice
+    as long as the products (BENCHMARKS.md). Here the bias and the counts are added inside the
+    product, the few sampled targets are masked by position, and one softmax gives both the
+    loss and its gradient. Its products are `recorded_products`' (the kernel chosen for this
+    CPU; bfloat16 where training asks for it).
+
+    The negatives are AllenNLP's, drawn by `log_uniform_without_replacement` (the same ids).
+
+    # Parameters
+
+    num_words : `int`
+        The vocabulary size.
+    embedding_dim : `int`
+        The size of the vectors the softmax reads.
+    num_samples : `int`
+        Negative samples per call in training (fewer than `num_words`).
+    sparse : `bool`, optional (default = `False`)
+        Sparse gradients for the softmax weights and bias (AllenNLP's option).
+    """
+
+    def __init__(self, num_words: int, embedding_dim: int, num_samples: int, sparse: bool = False) -> None:
+        super().__init__(num_words=num_words, embedding_dim=embedding_dim, num_samples=num_samples, sparse=sparse)
+        self.choice_func = log_uniform_without_replacement
+
+    @overrides
+    def _forward_train(
+        self, embeddings: torch.Tensor, targets: torch.Tensor, target_token_embedding: torch.Tensor
+    ) -> torch.Tensor:
+        sampled_ids, target_expected_count, sampled_expected_count = self.log_uniform_candidate_sampler(
+            targets, choice_func=self.choice_func
+        )
+        tiny = util.tiny_value_of_dtype(target_expected_count.dtype)
+        if self.sparse:
+            weight, bias = self.softmax_w.weight, self.softmax_b.weight
+        else:
+            weight, bias = self.softmax_w, self.softmax_b
+        return _SampledSoftmaxNll.apply(
+            embeddings,
+            weight,
+            bias,
+            targets.long(),
+            sampled_ids,
+            torch.log(target_expected_count + tiny),
+            torch.log(sampled_expected_count + tiny),
+            self.sparse,
+        )
+
+
+def _sampled_targets(targets: torch.Tensor, sampled_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The rows whose target is among the (distinct) samples, and its position there."""
+    sorted_ids, order = sampled_ids.sort()
+    at = torch.searchsorted(sorted_ids, targets).clamp_(max=sorted_ids.numel() - 1)
+    rows = (sorted_ids[at] == targets).nonzero().squeeze(1)
+    return rows, order[at[rows]]
+
+
+class _SampledSoftmaxNll(torch.autograd.Function):
+    """
+    The negative log-likelihood of each target against itself and the samples, summed: with
+    `z_n` the true logit and `Z_n` the sampled ones (each minus the log of its expected count),
+    `sum_n logsumexp(z_n, Z_n) - z_n`. The backward pass reads the softmax of `Z` that the
+    forward pass computed.
+
+    `apply(embeddings, weight, bias, targets, sampled_ids, target_log_count, sampled_log_count,
+    sparse)`: `(N, D)` vectors, the `(V, D)` softmax weight and its `(V,)` bias (`(V, 1)` as a
+    sparse embedding's), `(N,)` targets, `(S,)` distinct samples and the logs of their expected
+    counts; `sparse`: the weight and bias gradients as sparse tensors.
+    """
+
+    @staticmethod
+    def forward(
+        ctx,
+        embeddings: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        targets: torch.Tensor,
+        sampled_ids: torch.Tensor,
+        target_log_count: torch.Tensor,
+        sampled_log_count: torch.Tensor,
+        sparse: bool,
+    ) -> torch.Tensor:
+        bias_vector = bias.reshape(-1)
+        # (S, D), (N, D)
+        sampled_weight = weight.index_select(0, sampled_ids)
+        true_weight = weight.index_select(0, targets)
+        # (N,)
+        true_logits = (true_weight * embeddings).sum(dim=1) + bias_vector.index_select(0, targets) - target_log_count
+        # (N, S), the bias and the counts added by the product
+        sampled_bias = bias_vector.index_select(0, sampled_ids) - sampled_log_count
+        logits = product_nt(Role.SAMPLED_SOFTMAX, FORWARD, embeddings, sampled_weight, sampled_bias)
+        masked_rows, masked_columns = _sampled_targets(targets, sampled_ids)
+        logits[masked_rows, masked_columns] = _MASKED_LOGIT
+        # softmax(Z) = exp(Z - logsumexp(Z)), so its largest entry is 1 / sum(exp(Z - max Z)):
+        # logsumexp(Z) without a pass of its own (torch.logsumexp makes several).
+        maxima = logits.amax(dim=1)
+        # (N, S)
+        probabilities = torch.softmax(logits, dim=1)
+        samples_logsumexp = maxima - probabilities.amax(dim=1).log()
+        # (N,)
+        logsumexp = torch.logaddexp(true_logits, samples_logsumexp)
+        ctx.save_for_backward(
+            embeddings,
+            sampled_ids,
+            targets,
+            sampled_weight,
+            true_weight,
+            probabilities,
+            samples_logsumexp,
+            logsumexp,
+            true_logits,
+            masked_rows,
+            masked_columns,
+        )
+        ctx.weight_shape, ctx.bias_shape, ctx.sparse = weight.shape, bias.shape, sparse
+        ctx.precision = current_precision()
+        return (logsumexp - true_logits).sum()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gradient: torch.Tensor):
+        (
+            embeddings,
+            sampled_ids,
+            targets,
+            sampled_weight,
+            true_weight,
+            probabilities,
+            samples_logsumexp,
+            logsumexp,
+            true_logits,
+            masked_rows,
+            masked_columns,
+        ) = ctx.saved_tensors
+        precision = ctx.precision
+        # (N, S): d loss / d Z = exp(Z - logsumexp), the softmax of Z rescaled per row
+        row_scale = (samples_logsumexp - logsumexp).exp_().mul_(gradient)
+        logits_gradient = probabilities * row_scale.unsqueeze(1)
+        logits_gradient[masked_rows, masked_columns] = 0.0  # a masked logit is a constant
+        # (N,): d loss / d z = exp(z - logsumexp) - 1
+        true_gradient = (true_logits - logsumexp).exp_().sub_(1.0).mul_(gradient)
+        # (N, D)
+        embeddings_gradient = product_nt(
+            Role.SAMPLED_SOFTMAX, INPUT_GRADIENT, logits_gradient, sampled_weight.t(), precision=precision
+        )
+        embeddings_gradient.add_(true_weight * true_gradient.unsqueeze(1))
+        # (S, D), (N, D): the rows of the weight's gradient, by sample and by target
+        sampled_weight_gradient = product_nt(
+            Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, logits_gradient.t(), embeddings.t(), precision=precision
+        )
+        true_weight_gradient = embeddings * true_gradient.unsqueeze(1)
+        # (S,), (N,)
+        sampled_bias_gradient = logits_gradient.sum(dim=0)
+        rows = torch.cat([sampled_ids, targets])
+        weight_rows = torch.cat([sampled_weight_gradient, true_weight_gradient])
+        bias_rows = torch.cat([sampled_bias_gradient, true_gradient])
+        if ctx.sparse:
+            # As the sparse embeddings' own backward gives them: one entry per row looked up.
+            weight_gradient = torch.sparse_coo_tensor(rows.unsqueeze(0), weight_rows, ctx.weight_shape)
+            bias_gradient = torch.sparse_coo_tensor(
+                rows.unsqueeze(0), bias_rows.view(-1, *ctx.bias_shape[1:]), ctx.bias_shape
+            )
+        else:
+            weight_gradient = weight_rows.new_zeros(ctx.weight_shape).index_add_(0, rows, weight_rows)
+            bias_gradient = bias_rows.new_zeros(ctx.bias_shape.numel()).index_add_(0, rows, bias_rows).view(
+                ctx.bias_shape
+            )
+        return embeddings_gradient, weight_gradient, bias_gradient, None, None, None, None, None
