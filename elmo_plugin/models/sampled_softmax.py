@@ -2,7 +2,7 @@
 AllenNLP's `SampledSoftmaxLoss` with its training loss computed in fewer passes over the
 `(targets, samples)` logits (`FusedSampledSoftmaxLoss`).
 """
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 import torch
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
@@ -87,6 +87,22 @@ def _sampled_targets(targets: torch.Tensor, sampled_ids: torch.Tensor) -> Tuple[
     return rows, order[at[rows]]
 
 
+class _Saved(NamedTuple):
+    """What the forward pass of `_SampledSoftmaxNll` keeps for the backward pass."""
+
+    embeddings: torch.Tensor  # (N, D)
+    sampled_ids: torch.Tensor  # (S,)
+    targets: torch.Tensor  # (N,)
+    sampled_weight: torch.Tensor  # (S, D)
+    true_weight: torch.Tensor  # (N, D)
+    probabilities: torch.Tensor  # (N, S): softmax(Z)
+    samples_logsumexp: torch.Tensor  # (N,): logsumexp(Z)
+    logsumexp: torch.Tensor  # (N,): logsumexp(z, Z)
+    true_logits: torch.Tensor  # (N,): z
+    masked_rows: torch.Tensor  # the rows whose target is a sample
+    masked_columns: torch.Tensor  # and its position among the samples
+
+
 class _SampledSoftmaxNll(torch.autograd.Function):
     """
     The negative log-likelihood of each target against itself and the samples, summed: with
@@ -132,17 +148,19 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         # (N,)
         logsumexp = torch.logaddexp(true_logits, samples_logsumexp)
         ctx.save_for_backward(
-            embeddings,
-            sampled_ids,
-            targets,
-            sampled_weight,
-            true_weight,
-            probabilities,
-            samples_logsumexp,
-            logsumexp,
-            true_logits,
-            masked_rows,
-            masked_columns,
+            *_Saved(
+                embeddings,
+                sampled_ids,
+                targets,
+                sampled_weight,
+                true_weight,
+                probabilities,
+                samples_logsumexp,
+                logsumexp,
+                true_logits,
+                masked_rows,
+                masked_columns,
+            )
         )
         ctx.weight_shape, ctx.bias_shape, ctx.sparse = weight.shape, bias.shape, sparse
         ctx.precision = current_precision()
@@ -151,39 +169,27 @@ class _SampledSoftmaxNll(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, gradient: torch.Tensor):
-        (
-            embeddings,
-            sampled_ids,
-            targets,
-            sampled_weight,
-            true_weight,
-            probabilities,
-            samples_logsumexp,
-            logsumexp,
-            true_logits,
-            masked_rows,
-            masked_columns,
-        ) = ctx.saved_tensors
+        saved = _Saved(*ctx.saved_tensors)
         precision = ctx.precision
         # (N, S): d loss / d Z = exp(Z - logsumexp), the softmax of Z rescaled per row
-        row_scale = (samples_logsumexp - logsumexp).exp_().mul_(gradient)
-        logits_gradient = probabilities * row_scale.unsqueeze(1)
-        logits_gradient[masked_rows, masked_columns] = 0.0  # a masked logit is a constant
+        row_scale = (saved.samples_logsumexp - saved.logsumexp).exp_().mul_(gradient)
+        logits_gradient = saved.probabilities * row_scale.unsqueeze(1)
+        logits_gradient[saved.masked_rows, saved.masked_columns] = 0.0  # a masked logit is a constant
         # (N,): d loss / d z = exp(z - logsumexp) - 1
-        true_gradient = (true_logits - logsumexp).exp_().sub_(1.0).mul_(gradient)
+        true_gradient = (saved.true_logits - saved.logsumexp).exp_().sub_(1.0).mul_(gradient)
         # (N, D)
         embeddings_gradient = product_nt(
-            Role.SAMPLED_SOFTMAX, INPUT_GRADIENT, logits_gradient, sampled_weight.t(), precision=precision
+            Role.SAMPLED_SOFTMAX, INPUT_GRADIENT, logits_gradient, saved.sampled_weight.t(), precision=precision
         )
-        embeddings_gradient.add_(true_weight * true_gradient.unsqueeze(1))
+        embeddings_gradient.add_(saved.true_weight * true_gradient.unsqueeze(1))
         # (S, D), (N, D): the rows of the weight's gradient, by sample and by target
         sampled_weight_gradient = product_nt(
-            Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, logits_gradient.t(), embeddings.t(), precision=precision
+            Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, logits_gradient.t(), saved.embeddings.t(), precision=precision
         )
-        true_weight_gradient = embeddings * true_gradient.unsqueeze(1)
+        true_weight_gradient = saved.embeddings * true_gradient.unsqueeze(1)
         # (S,), (N,)
         sampled_bias_gradient = logits_gradient.sum(dim=0)
-        rows = torch.cat([sampled_ids, targets])
+        rows = torch.cat([saved.sampled_ids, saved.targets])
         weight_rows = torch.cat([sampled_weight_gradient, true_weight_gradient])
         bias_rows = torch.cat([sampled_bias_gradient, true_gradient])
         if ctx.sparse:
