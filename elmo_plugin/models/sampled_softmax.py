@@ -27,14 +27,14 @@ _MASKED_LOGIT = -10000.0
 class FusedSampledSoftmaxLoss(SampledSoftmaxLoss):
     """
     AllenNLP's `SampledSoftmaxLoss` (same parameters, samples, evaluation and loss, to float32
-    rounding), whose training loss takes a third of the passes over the `(targets, samples)`
-    logits and its backward pass written out (`_SampledSoftmaxNll`). AllenNLP builds the logits
-    in five steps (the product, the bias, the expected counts, the mask of sampled targets as a
+    rounding), whose training loss makes fewer passes over the `(targets, samples)` logits,
+    with its backward pass written out (`_SampledSoftmaxNll`). AllenNLP builds the logits in
+    five steps (the product, the bias, the expected counts, the mask of sampled targets as a
     full bool tensor, the concatenation with the true logits), then takes a log-softmax whose
-    gradient flows back through each; at 640 targets and 8,192 samples those passes took twice
-    as long as the products (BENCHMARKS.md). Here the bias and the counts are added inside the
-    product, the few sampled targets are masked by position, and one softmax gives both the
-    loss and its gradient. Its products are `recorded_products`' (the kernel chosen for this
+    gradient flows back through each; at 640 targets and 8,192 samples those passes took longer
+    than the products (BENCHMARKS.md). Here the bias and the counts are added by the product,
+    the few sampled targets are masked by position, and one softmax gives both the loss and
+    its gradient. Its products are `recorded_products`' (the kernel chosen for this
     CPU; bfloat16 where training asks for it).
 
     The negatives are AllenNLP's, drawn by `log_uniform_without_replacement` (the same ids).
