@@ -88,7 +88,6 @@ class ConvolveAndMaxPool(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gradient: torch.Tensor):
         character_ids, table, filters, windows = ctx.saved_tensors
-        num_tokens, num_characters = character_ids.shape
         out_channels, char_dim, width = filters.shape
         # Bins for the characters that occur here only (ELMoForManyLangs' tables have
         # thousands of rows).

@@ -267,9 +267,9 @@ class LstmCellWithProjection(torch.nn.Module):
         unclipped: torch.Tensor, clipped: torch.Tensor, clip_value: Optional[float]
     ) -> Optional[torch.Tensor]:
         # 1.0 where `torch.clamp` passes the gradient through (bounds included: those values
-        # are left as they are), 0.0 elsewhere. Float32, not bool: comparisons that write bool
-        # and `torch.where` over a bool mask run several times slower than a float32 operation
-        # at a step's size (BENCHMARKS.md).
+        # are left as they are), 0.0 elsewhere. Float32, not bool: at a step's size PyTorch's
+        # comparisons that write bool run several times slower than one that writes float32
+        # (BENCHMARKS.md).
         if not clip_value:
             return None
         return torch.eq(clipped, unclipped, out=unclipped.new_empty(unclipped.shape))

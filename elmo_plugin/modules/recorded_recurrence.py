@@ -113,8 +113,7 @@ class RecordedRecurrence(torch.autograd.Function):
                 continue
             step = steps[index]
             step_rows = slice(step_starts[index], step_starts[index] + active_rows)
-            # (active_rows, hidden): the clips' masks multiply (not `torch.where`, several times
-            # slower at these sizes)
+            # (active_rows, hidden); the clips' masks are float32 (1.0 within the clip)
             d_state = torch.add(
                 state_gradient[:active_rows],
                 outputs_gradient[:active_rows, index],
