@@ -7,14 +7,15 @@ PyTorch's oneDNN product has no derivative, so a trained linear layer here is an
 function whose three products are written out (`LinearWithGradients`): `y = x W^T + b`,
 `dx = dy W` and `dW = dy^T x`. Each is a product `a b^T` (`product_nt`): oneDNN reads the
 transposed operands through their strides, without copies. The LSTM's written-out backward
-(`RecordedRecurrence`) and the char CNN's training path (`ConvolveAndMaxPool`) call
-`product_nt` directly. Why: on CPUs where MKL runs only its AVX2 code (AMD's), oneDNN's AVX512
+(`RecordedRecurrence`), the char CNN's training path (`ConvolveAndMaxPool`) and the sampled
+softmax's loss (`models/sampled_softmax.py`) call `product_nt` directly. Why: on CPUs where MKL runs only its AVX2 code (AMD's), oneDNN's AVX512
 kernels compute these shapes about twice as fast (BENCHMARKS.md).
 
 A weight gradient of a tall, narrow weight (the LSTM's `(4 cell, projection)`, the sampled
 softmax's `(samples, projection)`) is computed as its transpose, `(b a^T)^T`: oneDNN's kernels
 run wide results at up to 3.6x the rate of tall narrow ones (BENCHMARKS.md). Where the kernel is
-measured, that orientation is one more candidate; elsewhere its shape decides (`_weight_gradient_is_tall_and_narrow`).
+measured, that orientation is one more candidate; elsewhere its shape decides
+(`_weight_gradient_is_tall_and_narrow`).
 
 oneDNN keeps what it builds for every shape it sees, so its operands are padded to a bounded
 set of sizes (`onednn.padded_rows`): the rows, and the inner size where it varies from step to
@@ -97,10 +98,10 @@ def _onednn(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> t
 
 
 def _onednn_transposed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    # A weight gradient (no bias): (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN adds up the inner size (a
-    # weight gradient's tokens) in one run; in parts of `_SUMMED_AT_ONCE` the rounding stays
-    # within `choice`'s accuracy bound at 128 streams (BENCHMARKS.md). The parts are added in
-    # float32 (a bfloat16 product's result is bfloat16).
+    # A weight gradient (no bias): (a b^T) = (b a^T)^T, laid out as `a b^T` would be. oneDNN
+    # adds up the inner size (a weight gradient's tokens) in one run; in parts of
+    # `_SUMMED_AT_ONCE` the rounding stays within `choice`'s accuracy bound at 128 streams
+    # (BENCHMARKS.md). The parts are added in float32 (a bfloat16 product's result is bfloat16).
     inner = a.size(1)
     transposed = _onednn(b[:, :_SUMMED_AT_ONCE], a[:, :_SUMMED_AT_ONCE], None).float()
     for start in range(_SUMMED_AT_ONCE, inner, _SUMMED_AT_ONCE):
