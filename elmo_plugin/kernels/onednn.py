@@ -116,3 +116,18 @@ def onednn_product(weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Produc
         return at_padded_rows(padded_onednn, flat).view(*inputs.shape[:-1], out_features)
 
     return product
+
+
+def bfloat16_weight_layout(weight: torch.Tensor) -> torch.Tensor:
+    """
+    A bfloat16 CPU `weight` `(out_features, in_features)` re-laid out by oneDNN for its
+    products (an opaque `mkldnn` tensor that `linear` reads), or `weight` itself where this
+    build cannot. A one-row product costs the reading of its weight, and oneDNN reads its own
+    layout at the memory's speed, PyTorch's plain one more slowly (BENCHMARKS.md).
+    """
+    if not available() or not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return weight
+    try:
+        return torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+    except (AttributeError, RuntimeError):
+        return weight

@@ -161,7 +161,7 @@ class Kernels:
             product of one sentence).
         """
         if self._precision != FLOAT32 and role in _REDUCED_PRECISION_ROLES:
-            return self._reduced_precision_copy(layer)
+            return self._reduced_precision_copy(role, layer)
         weight, bias = weight_matrix(layer), layer.bias
         if (
             weight.device.type != "cpu"
@@ -187,11 +187,13 @@ class Kernels:
             return onednn.onednn_product(weight, bias)
         return _plain_product(weight, bias)
 
-    def _reduced_precision_copy(self, layer: torch.nn.Module) -> PackedLinear:
+    def _reduced_precision_copy(self, role: Role, layer: torch.nn.Module) -> PackedLinear:
         key = (self._precision, _parameter_versions(layer))
         cached = self._reduced.get(layer)
         if cached is None or cached[0] != key:
-            cached = (key, PackedLinear(weight_matrix(layer), layer.bias, self._precision))
+            # The LSTM's input products are only ever added to the recurrent ones.
+            keep_bfloat16 = role is Role.LSTM_INPUT
+            cached = (key, PackedLinear(weight_matrix(layer), layer.bias, self._precision, keep_bfloat16))
             self._reduced[layer] = cached
         return cached[1]
 

@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.kernels.onednn import at_padded_rows
+from elmo_plugin.kernels import onednn
 
 FLOAT32, BFLOAT16, INT8 = "float32", "bfloat16", "int8"
 PRECISIONS = (FLOAT32, BFLOAT16, INT8)
@@ -37,8 +37,9 @@ class PackedLinear:
     """
     An inference-only copy of `x W^T + b` in reduced precision; call it like `F.linear`.
 
-    - `bfloat16`: W in bfloat16, the product in bfloat16 (float32 accumulation inside oneDNN),
-      the result and the bias added in float32.
+    - `bfloat16`: W in bfloat16 (on the CPU in oneDNN's own layout, which its one-row products
+      read at the memory's speed), the product in bfloat16 (float32 accumulation inside
+      oneDNN), the result and the bias added in float32.
     - `int8`: W quantised per output row (symmetric, scale = max |row| / 127) and prepacked
       for FBGEMM; the input quantised per call (PyTorch's dynamic quantisation); CPU only.
 
@@ -50,15 +51,23 @@ class PackedLinear:
         `(out_features,)`.
     precision : `str`
         `"bfloat16"` or `"int8"`.
+    keep_bfloat16 : `bool`, optional (default = `False`)
+        In bfloat16 without a bias, return the product's bfloat16 result as it is (for a caller
+        that only adds it to float32 values, which converts it exactly on the way).
     """
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str) -> None:
+    def __init__(
+        self, weight: torch.Tensor, bias: Optional[torch.Tensor], precision: str, keep_bfloat16: bool = False
+    ) -> None:
         weight = weight.detach().float()
         self.precision = precision
+        self.keep_bfloat16 = keep_bfloat16
         self.out_features = weight.size(0)
         self._bias = None if bias is None else bias.detach().float().clone()
         if precision == BFLOAT16:
             self._weight = weight.to(torch.bfloat16)
+            if weight.device.type == "cpu":
+                self._weight = onednn.bfloat16_weight_layout(self._weight)
         elif precision == INT8:
             if weight.device.type != "cpu":
                 raise ConfigurationError("ELMo precision 'int8' runs on the CPU only; use 'bfloat16' on a GPU.")
@@ -76,11 +85,16 @@ class PackedLinear:
         if self.precision == BFLOAT16:
             flat = flat.to(torch.bfloat16)
             if flat.device.type == "cpu":  # PyTorch runs it in oneDNN: see `at_padded_rows`
-                output = at_padded_rows(self._bfloat16_product, flat).float()
+                output = onednn.at_padded_rows(self._bfloat16_product, flat)
             else:
-                output = self._bfloat16_product(flat).float()
+                output = self._bfloat16_product(flat)
+            # A pass over a wide result costs about what its product does at a step's few rows:
+            # the conversion to float32 happens inside the addition that needs it (exactly the
+            # values of `.float()` and `+ bias`), or inside the caller's (`keep_bfloat16`).
             if self._bias is not None:
-                output = output + self._bias
+                output = torch.add(self._bias, output)
+            elif self.keep_bfloat16:
+                return output.view(*leading, self.out_features)
         else:
             if flat.device.type != "cpu":
                 raise ConfigurationError("ELMo precision 'int8' runs on the CPU only; use 'bfloat16' on a GPU.")
@@ -88,4 +102,6 @@ class PackedLinear:
         return output.to(inputs.dtype).view(*leading, self.out_features)
 
     def _bfloat16_product(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self._weight.is_mkldnn:
+            return onednn.linear(inputs, self._weight, None)
         return torch.nn.functional.linear(inputs, self._weight)

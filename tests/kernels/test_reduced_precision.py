@@ -5,6 +5,8 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
+from elmo_plugin.kernels import onednn
+from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.kernels.reduced_precision import PackedLinear
 from tests.helpers import CARRIED_STATE_BATCHES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 
@@ -68,3 +70,44 @@ def test_bfloat16_product_at_padded_rows_is_cut_back(shape):
         actual = product(inputs)
     assert actual.shape == (*shape, 40) and actual.dtype == torch.float32
     torch.testing.assert_close(actual, expected, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(
+    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="oneDNN's bfloat16 products need a CPU with AVX512 (BF16 or emulated) in this build",
+)
+def test_bfloat16_weights_are_in_onednn_layout_and_give_the_plain_product():
+    # The re-laid-out weight is what makes a one-row product read at the memory's speed.
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(300, 64, generator=generator)
+    product = PackedLinear(weight, None, "bfloat16")
+    assert product._weight.is_mkldnn
+    for rows in (1, 5, 40):
+        inputs = torch.randn(rows, 64, generator=generator)
+        expected = torch.nn.functional.linear(inputs.bfloat16(), weight.bfloat16()).float()
+        with torch.no_grad():
+            actual = product(inputs)
+        # Both round a float32 sum to bfloat16: at most one bfloat16 step apart.
+        torch.testing.assert_close(actual, expected, rtol=2 ** -7, atol=1e-6)
+
+
+def test_bfloat16_results_are_converted_inside_the_addition_or_kept():
+    # Without a pass of their own over the result: the same values as `.float() + bias`.
+    generator = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(48, 16, generator=generator), torch.randn(48, generator=generator)
+    inputs = torch.randn(6, 16, generator=generator)
+    plain = torch.nn.functional.linear(inputs.bfloat16(), weight.bfloat16())
+    with torch.no_grad():
+        with_bias = PackedLinear(weight, bias, "bfloat16")(inputs)
+        kept = PackedLinear(weight, None, "bfloat16", keep_bfloat16=True)(inputs)
+        converted = PackedLinear(weight, None, "bfloat16")(inputs)
+    assert with_bias.dtype == converted.dtype == torch.float32 and kept.dtype == torch.bfloat16
+    assert torch.equal(with_bias, PackedLinear(weight, None, "bfloat16")(inputs) + bias)
+    assert torch.equal(kept.float(), converted)
+    torch.testing.assert_close(converted, plain.float(), rtol=2 ** -7, atol=1e-6)
+    # The LSTM's input products are the ones kept (only ever added to float32 gates).
+    kernels = Kernels("bfloat16")
+    lstm_input, highway = torch.nn.Linear(16, 48, bias=False), torch.nn.Linear(16, 48, bias=False)
+    with torch.no_grad():
+        assert kernels.product(Role.LSTM_INPUT, lstm_input)(inputs).dtype == torch.bfloat16
+        assert kernels.product(Role.HIGHWAY, highway)(inputs).dtype == torch.float32
