@@ -29,7 +29,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.kernels import choice, mkl_packed, onednn, recorded_products
 from elmo_plugin.kernels.onednn import Product
-from elmo_plugin.kernels.reduced_precision import FLOAT32, INT8, PackedLinear, check_precision
+from elmo_plugin.kernels.reduced_precision import FLOAT32, INT8, PackedLinear, approximate_tanh, check_precision
 from elmo_plugin.kernels.roles import ONEDNN_ROLES, Role
 
 
@@ -144,6 +144,10 @@ class Kernels:
             yield
         finally:
             self._precision = current
+
+    def tanh(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The LSTM cell's `tanh`: PyTorch's in float32, `approximate_tanh` in reduced precision."""
+        return torch.tanh(inputs) if self._precision == FLOAT32 else approximate_tanh(inputs)
 
     def product(self, role: Role, layer: torch.nn.Module, rows: Optional[int] = None) -> Product:
         """

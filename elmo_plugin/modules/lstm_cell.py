@@ -208,7 +208,7 @@ class LstmCellWithProjection(torch.nn.Module):
         state and memory, all in the sorted row order.
         """
         batch_size, timesteps = state.size(0), len(active_rows_at)
-        cell_size = self.cell_size
+        cell_size, tanh = self.cell_size, self.kernels.tanh
         outputs: List[torch.Tensor] = [state.new_empty(0)] * timesteps
         steps_projected_inputs = projected_inputs.split(active_rows_at)
         for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
@@ -221,7 +221,7 @@ class LstmCellWithProjection(torch.nn.Module):
             # One sigmoid over all four blocks (the memory block's is not used) costs less than
             # three over a block each: at a step's few rows the cost is mostly per operation.
             input_gate, forget_gate, _, output_gate = torch.sigmoid(gates).split(cell_size, dim=1)
-            memory_init = torch.tanh(gates[:, 2 * cell_size : 3 * cell_size])
+            memory_init = tanh(gates[:, 2 * cell_size : 3 * cell_size])
             # (active_rows, cell)
             unclipped_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
             new_memory = unclipped_memory
@@ -229,7 +229,7 @@ class LstmCellWithProjection(torch.nn.Module):
                 new_memory = torch.clamp(
                     new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
                 )
-            squashed_memory = torch.tanh(new_memory)
+            squashed_memory = tanh(new_memory)
             output_memory = output_gate * squashed_memory
             # (active_rows, hidden)
             unclipped_state = state_projection(output_memory)

@@ -111,3 +111,14 @@ def test_bfloat16_results_are_converted_inside_the_addition_or_kept():
     with torch.no_grad():
         assert kernels.product(Role.LSTM_INPUT, lstm_input)(inputs).dtype == torch.bfloat16
         assert kernels.product(Role.HIGHWAY, highway)(inputs).dtype == torch.float32
+
+
+def test_the_cells_tanh_is_torchs_in_float32_and_approximated_in_reduced_precision():
+    values = torch.linspace(-12.0, 12.0, 20001)
+    assert torch.equal(Kernels().tanh(values), torch.tanh(values))
+    for precision in ("bfloat16", "int8"):
+        approximate = Kernels(precision).tanh(values)
+        assert not torch.equal(approximate, torch.tanh(values))
+        # Far below bfloat16's rounding (2^-8 relative), and bounded like tanh.
+        torch.testing.assert_close(approximate, torch.tanh(values), rtol=0, atol=5e-7)
+        assert approximate.abs().max() <= 1.0
