@@ -3,6 +3,7 @@ Where the time of one embedding batch goes: `torch.profiler` over our `ElmoBiLm`
 AllenNLP's `_ElmoBiLm` on the same random weights of the original architecture.
 
     python benchmarks/profile_embed.py [--device cuda] [--batch-size 64] [--rows 12]
+        [--precision bfloat16] [--serial-directions]
 
 Printed per implementation: milliseconds per batch (median of 5, timed before any profiling),
 the number of operator calls and, on a GPU, of kernel launches, the share of the wall time the
@@ -10,7 +11,7 @@ GPU spends in kernels (far below 100% means the host cannot launch work fast eno
 Python and the dispatcher), and the operators with the most self time (device time on a GPU,
 CPU time otherwise). On the CPU, ours runs its backward direction in a worker thread
 (`ElmoLstm.parallel_directions`) that the profiler does not follow: its table shows the forward
-direction's operators only.
+direction's operators only, unless `--serial-directions` runs both in one thread.
 """
 import sys
 import argparse
@@ -48,6 +49,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--rows", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--precision", default="float32", help="ours: float32, bfloat16 or int8")
+    parser.add_argument("--serial-directions", action="store_true",
+                        help="ours: both directions in the calling thread, so that the profile shows both")
     parser.add_argument("--sentences-file", type=Path,
                         default=SHARED / "data" / "lm_eval" / "wikitext2.valid.txt")
     args = parser.parse_args()
@@ -61,8 +65,9 @@ def main() -> None:
         options_file, weight_file = write_random_elmo(work, ORIGINAL_OPTIONS, seed=0)
         models = {
             "allennlp": _ElmoBiLm(options_file, weight_file).eval().to(device),
-            "ours": ElmoBiLm(options_file, weight_file).eval().to(device),
+            "ours": ElmoBiLm(options_file, weight_file, precision=args.precision).eval().to(device),
         }
+    models["ours"]._elmo_lstm.parallel_directions = not args.serial_directions
     data = sentences(args.batch_size, args.sentences_file)
     ids = batch_to_ids(data).to(device)
     tokens = sum(len(sentence) for sentence in data)
