@@ -146,8 +146,11 @@ class Kernels:
             self._precision = current
 
     def tanh(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The LSTM cell's `tanh`: PyTorch's in float32, `approximate_tanh` in reduced precision."""
-        return torch.tanh(inputs) if self._precision == FLOAT32 else approximate_tanh(inputs)
+        """The LSTM cell's `tanh`: `approximate_tanh` in reduced precision on the CPU, else
+        PyTorch's (on a GPU its own is one kernel launch, the approximation three)."""
+        if self._precision == FLOAT32 or inputs.device.type != "cpu":
+            return torch.tanh(inputs)
+        return approximate_tanh(inputs)
 
     def product(self, role: Role, layer: torch.nn.Module, rows: Optional[int] = None) -> Product:
         """
