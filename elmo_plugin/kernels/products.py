@@ -18,7 +18,9 @@ inference product runs with the fastest of these kernels on this machine, measur
 use under an accuracy rule (`choice`). Float32 CPU products that autograd records (training)
 run forward and backward by `recorded_products`, with MKL or oneDNN chosen the same way (the
 same roles in the fixed table). Everything else (float64, a GPU) uses `functional.linear`. A new backend (a GPU kernel) is a new candidate or branch in
-`Kernels.product`, and nothing in the blocks changes.
+`Kernels.product`, and nothing in the blocks changes. The one elementwise function whose
+implementation depends on the precision, the LSTM cell's `tanh`, is chosen here too
+(`Kernels.tanh`).
 """
 import contextlib
 import weakref
