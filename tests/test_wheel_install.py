@@ -45,14 +45,17 @@ def run(command: List[str], cwd, env=None, timeout=600) -> subprocess.CompletedP
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The wheel, built by the README's command from a copy of the checkout (a build writes
-    into the source tree)."""
+    into the source tree), in a fresh environment: one without the `wheel` package, as
+    Python 3.11's `venv` makes them."""
     directory = tmp_path_factory.mktemp("wheel")
+    builder = directory / "builder_venv"
+    venv.create(builder, with_pip=True)
     source = directory / "source"
     shutil.copytree(REPO_ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
         ".venv*", ".git", "tests", "benchmarks", "build", "dist", "*.egg-info", "__pycache__", "demo_output"))
     (command,) = readme_commands()["build"]
     assert command.startswith("pip wheel ")
-    run([sys.executable, "-m", *command.split()], cwd=source)
+    run([str(builder / "bin" / "python"), "-m", *command.split()], cwd=source)
     (built,) = (source / "dist").glob("*.whl")
     return built
 
