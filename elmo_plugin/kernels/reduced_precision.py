@@ -40,7 +40,10 @@ def approximate_tanh(inputs: torch.Tensor) -> torch.Tensor:
     to (1e-6 after the two layers). PyTorch's CPU `tanh` costs several times its `sigmoid`, and
     the LSTM runs two per step (BENCHMARKS.md).
     """
-    return torch.sigmoid(inputs * 2).mul_(2).sub_(1)
+    # In place after the first product: a second new tensor of this size made the call several
+    # times slower at some sizes (fresh pages from the C allocator).
+    doubled = inputs * 2
+    return doubled.sigmoid_().mul_(2).sub_(1)
 
 
 class PackedLinear:
