@@ -15,7 +15,7 @@ import argparse
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import torch
 
@@ -23,29 +23,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from elmo_plugin.kernels import mkl_packed, onednn  # noqa: E402
 from elmo_plugin.kernels.reduced_precision import PackedLinear  # noqa: E402
+from cpu_limits import bandwidth_gb_per_s  # noqa: E402
 from embed_speed import cpu_description  # noqa: E402
 
 IN_FEATURES, OUT_FEATURES = 512, 16384
 
 
-def formats(weights: List[torch.Tensor]) -> Dict[str, Callable[[int, torch.Tensor], torch.Tensor]]:
-    """Each format's product `(index of the weight, one row) -> result`, and its bytes per weight."""
+Product = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def formats(weights: List[torch.Tensor]) -> Dict[str, Tuple[int, Product]]:
+    """Each format's bytes per weight value and product `(index of the weight, one row) -> result`."""
     plain_bfloat16 = [weight.bfloat16() for weight in weights]
     packed_bfloat16 = [PackedLinear(weight, None, "bfloat16") for weight in weights]
     packed_int8 = [PackedLinear(weight, None, "int8") for weight in weights]
     found = {
-        "float32, oneDNN": lambda i, row: onednn.linear(row, weights[i], None),
-        "bfloat16, PyTorch's layout": lambda i, row: torch.nn.functional.linear(row.bfloat16(), plain_bfloat16[i]),
-        "bfloat16, oneDNN's layout (ours)": lambda i, row: packed_bfloat16[i](row),
-        "int8 (ours)": lambda i, row: packed_int8[i](row),
+        "float32, oneDNN": (4, lambda i, row: onednn.linear(row, weights[i], None)),
+        "bfloat16, PyTorch's layout": (2, lambda i, row: torch.nn.functional.linear(row.bfloat16(), plain_bfloat16[i])),
+        "bfloat16, oneDNN's layout (ours)": (2, lambda i, row: packed_bfloat16[i](row)),
+        "int8 (ours)": (1, lambda i, row: packed_int8[i](row)),
     }
     if mkl_packed.available():
         packed = [mkl_packed.pack(weight) for weight in weights]
-        found["float32, MKL packed"] = lambda i, row: mkl_packed.packed_product(packed[i], weights[i], None)(row)
+        found["float32, MKL packed"] = (4, lambda i, row: mkl_packed.packed_product(packed[i], weights[i], None)(row))
     return found
-
-
-BYTES_PER_VALUE = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
 def seconds_per_pair(product, matrices: int, rounds: int, executor: ThreadPoolExecutor) -> float:
@@ -66,17 +67,6 @@ def seconds_per_pair(product, matrices: int, rounds: int, executor: ThreadPoolEx
     return (time.perf_counter() - start) / (rounds * matrices)
 
 
-def bandwidth_gb_per_s() -> float:
-    torch.set_num_threads(2)
-    data = torch.ones(128 * 2**20)
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        data.sum()
-        best = min(best, time.perf_counter() - start)
-    return data.numel() * 4 / best / 1e9
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     parser.add_argument("--matrices", type=int, default=8, help="weights per thread")
@@ -85,12 +75,11 @@ def main() -> None:
     print(f"CPU: {cpu_description()}; torch {torch.__version__}")
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(OUT_FEATURES, IN_FEATURES, generator=generator) for _ in range(2 * args.matrices)]
-    print(f"torch.sum over 512 MB, 2 threads: {bandwidth_gb_per_s():.1f} GB/s")
+    print(f"torch.sum over 512 MB, 2 threads: {bandwidth_gb_per_s(threads=2):.1f} GB/s")
     print(f"{'weight format':36s} {'ms per pair':>12s} {'GB/s read':>10s}")
     with ThreadPoolExecutor(max_workers=1) as executor:
-        for label, product in formats(weights).items():
+        for label, (value_bytes, product) in formats(weights).items():
             seconds = seconds_per_pair(product, args.matrices, args.rounds, executor)
-            value_bytes = BYTES_PER_VALUE[label.split(",")[0].split(" ")[0]]
             gigabytes = 2 * OUT_FEATURES * IN_FEATURES * value_bytes / 1e9
             print(f"{label:36s} {seconds * 1e3:12.3f} {gigabytes / seconds:10.1f}")
 
