@@ -11,6 +11,7 @@ from allennlp.modules.highway import Highway
 
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.kernels.recorded_products import FORWARD, product_nt
+from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm_weights
@@ -212,7 +213,7 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         # sentences holds far fewer distinct tokens than token positions (with padding and
         # boundaries). Each distinct token goes through the CNN once; autograd sums the
         # gradients of its copies.
-        distinct_ids, copies = torch.unique(character_ids, dim=0, return_inverse=True)
+        distinct_ids, copies = distinct_rows(character_ids)
         if distinct_ids.size(0) == character_ids.size(0):
             return self._embed_distinct_tokens(character_ids)
         return self._embed_distinct_tokens(distinct_ids).index_select(0, copies)

@@ -16,6 +16,7 @@ from elmo_plugin.data.character_mapper import (
 from elmo_plugin.data.manylangs_characters import ManyLangsTokenMapper
 from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.modules.char_encoder import TOKENS_PER_CNN_CHUNK, ElmoCharacterEncoder
+from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, parameter_array
@@ -82,7 +83,7 @@ class ElmoForManyLangsEncoder(ElmoCharacterEncoder):
 
     def embed_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
         """Maps `(num_tokens, width)` ELMo character ids to `(num_tokens, projection_dim)`."""
-        distinct_ids, copies = torch.unique(character_ids, dim=0, return_inverse=True)
+        distinct_ids, copies = distinct_rows(character_ids)
         tokens = tokens_of_ids(distinct_ids)
         self._warn_about_cut_tokens(distinct_ids, tokens)
         char_ids, word_ids = self._mapper.ids(tokens)

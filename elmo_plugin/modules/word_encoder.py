@@ -10,6 +10,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.character_mapper import batch_to_ids
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
+from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
@@ -59,7 +60,7 @@ class ElmoWordEncoder(ElmoTokenEncoder):
 
     def word_ids(self, character_ids: torch.Tensor) -> torch.Tensor:
         """`(num_tokens, 50)` character ids -> `(num_tokens,)` vocabulary ids (`<UNK>` if unknown)."""
-        distinct, positions = torch.unique(character_ids, dim=0, return_inverse=True)
+        distinct, positions = distinct_rows(character_ids)
         ids = [
             self._word_ids.get(row.tobytes(), self._unknown_id)
             for row in distinct.to(device="cpu", dtype=torch.long).numpy()
