@@ -5,9 +5,10 @@ by sorting a few packed integer keys per row instead of comparing rows element b
 
 A token layer embeds each distinct token once (text repeats itself). PyTorch's CPU `unique`
 over rows compares them one id at a time through a generic comparator, in a time that a
-training step of the biLM (two calls on its windows' tokens) notices (BENCHMARKS.md). Character ids are small (ELMo's are below 262, 9 bits), so several fit in
-one 63-bit integer with their order kept: rows compare as their packed keys compare, and
-`numpy.lexsort` sorts a handful of keys per row instead of 50 ids.
+training step of the biLM (two calls on its windows' tokens) notices (BENCHMARKS.md).
+Character ids are small (ELMo's are below 262, 9 bits), so several fit in one 63-bit integer
+with their order kept: rows compare as their packed keys compare, and `numpy.lexsort` sorts a
+handful of keys per row instead of 50 ids.
 """
 from typing import Tuple
 
@@ -52,10 +53,10 @@ def distinct_rows(ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     places = bits * numpy.arange(per_key - 1, -1, -1, dtype=numpy.int64)
     # (rows, keys_per_row): disjoint bits, so the sum is their concatenation
     keys = (shifted.reshape(rows, keys_per_row, per_key) << places).sum(axis=2)
-    # A key that every row shares decides nothing (the padding past the batch's longest token)
+    # A key that every row shares decides nothing (the padding past the batch's longest token);
+    # the first stays, so that lexsort has one even where all rows are equal.
     varying = (keys != keys[0]).any(axis=0)
-    if not varying.any():
-        return ids[:1].clone(), torch.zeros(rows, dtype=torch.long)
+    varying[0] = True
     keys = keys[:, varying]
     # lexsort sorts by its last key first: the rows' first key is its most significant
     order = numpy.lexsort(keys.T[::-1])
