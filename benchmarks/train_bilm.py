@@ -14,6 +14,10 @@ Training the biLM on this machine: throughput and a real (short) run.
    times) for a fixed time budget, then the full-softmax perplexity on the WikiText-2 and
    PTB test sets, read as 64 streams with carried state (bilm-tf's run_test.py reads one),
    and on held-out Brown sentences.
+4. memory: a long run of training steps (the `speed` setting), with the process's peak RSS,
+   tokens/s and page faults per step at every `--report-every` steps: what the C allocator's
+   setting (`ELMO_PLUGIN_MALLOC`, `elmo_plugin/kernels/allocation.py`) costs and gains over
+   hundreds of steps, which a `speed` run's few steps do not show.
 
     python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
     python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
@@ -21,6 +25,7 @@ Training the biLM on this machine: throughput and a real (short) run.
     python benchmarks/train_bilm.py speed --streams 32 --precision bfloat16
     python benchmarks/train_bilm.py speed --streams 32 --optimizer adagrad
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
+    ELMO_PLUGIN_MALLOC=system python benchmarks/train_bilm.py memory --streams 32 --steps 400
 
 Needs ../shared/data (brown.zip, lm_eval/).
 """
@@ -284,6 +289,29 @@ def run_speed(args) -> None:
     print(f"compute limit at that rate: {positions / seconds * best_rate / achieved:.0f} tokens/s")
 
 
+def run_memory(args) -> None:
+    torch.set_num_threads(args.threads)
+    print(f"{args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads, "
+          f"{allocation.ENVIRONMENT_VARIABLE}={allocation.mode()}, {args.precision}")
+    with tempfile.TemporaryDirectory() as directory:
+        train_path, _, vocabulary = prepare_brown(directory)
+        model = make_model(vocabulary, precision=args.precision)
+        optimizer = make_optimizer(model, args.optimizer)
+        loader = training_loader(train_path, vocabulary, args.streams)
+        interval: List[Dict[str, float]] = []
+        for number, step in enumerate(train_steps(model, loader, optimizer, max_steps=args.steps), start=1):
+            if number == 1:
+                print(f"peak RSS before the first step (model, optimizer, data): {step['peak_rss_mb_before']:.0f} MB")
+            interval.append(step)
+            if number % args.report_every == 0 or number == args.steps:
+                seconds = sum(s["seconds"] for s in interval)
+                print(f"steps {number - len(interval) + 1:4d}-{number:4d}: "
+                      f"{sum(s['positions'] for s in interval) / seconds:5.0f} tokens/s, "
+                      f"{numpy.mean([s['page_faults'] for s in interval]):7.0f} page faults/step, "
+                      f"peak RSS {step['peak_rss_mb_after']:.0f} MB", flush=True)
+                interval = []
+
+
 def stream_perplexity(model, vocabulary, path: str, streams: int = 64) -> Dict[str, float]:
     """
     Full-softmax perplexity of the text cut into `streams` streams, each read with carried
@@ -351,10 +379,11 @@ def print_test_perplexities(model, vocabulary, heldout_path: str, heldout_senten
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["speed", "perplexity", "brown"])
+    parser.add_argument("part", choices=["speed", "perplexity", "brown", "memory"])
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5, help="speed: steps run before the measured ones")
+    parser.add_argument("--report-every", type=int, default=50, help="memory: steps per line")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0, help="perplexity: the model's and the data order's seed")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -364,7 +393,7 @@ def main() -> None:
     parser.add_argument("--optimizer", default="fused_adagrad", choices=["fused_adagrad", "adagrad"],
                         help="the registered optimizer (the configs' default: fused_adagrad)")
     args = parser.parse_args()
-    {"speed": run_speed, "perplexity": run_perplexity, "brown": run_brown}[args.part](args)
+    {"speed": run_speed, "perplexity": run_perplexity, "brown": run_brown, "memory": run_memory}[args.part](args)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,20 @@ glibc's `malloc` serves blocks above its mmap threshold (128 KiB, rising to at m
 with fresh `mmap`s and unmaps them when freed, and trims the heap's free top. A biLM training
 step allocates and frees the same hundreds of MB every step (the char CNN's products and
 their gradients, the sampled softmax's logits): every page of them is zero-filled by the
-kernel again, which took about a fifth of a step on the machines measured (BENCHMARKS.md).
+kernel again, a large share of a step on the machines measured (BENCHMARKS.md).
 `keep_freed_memory_for_reuse` tells glibc to serve large blocks from its heap and to keep
 freed memory (up to `KEPT_BYTES` at the heap's top) for the next step, as `allennlp train`
 users can also do by hand (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...`, or PyTorch's
-`THP_MEM_ALLOC_ENABLE=1` before the process starts). Peak memory stays the step's peak; the
-memory is not returned to the system while the process lives.
+`THP_MEM_ALLOC_ENABLE=1` before the process starts).
+
+The price is memory, and it grows over a run: nothing is returned to the system while the
+process lives, and the heap also keeps the holes that blocks of varying sizes leave between
+longer-lived ones, so over hundreds of steps the process's peak climbs well past what one step
+needs before it levels off. The faults it saves matter most where a step's blocks are larger
+than glibc's largest mmap threshold (32 MiB; many streams); with few streams the system's
+allocator can be as fast (BENCHMARKS.md, "Training memory over a long run", and
+`benchmarks/train_bilm.py memory`). Handing the heap's free pages back every few steps
+(`malloc_trim`) cost more speed than it saved memory there.
 
 A process-wide setting, made once, on the CPU with glibc only, logged at INFO;
 `ELMO_PLUGIN_MALLOC=system` leaves the allocator as it is.
@@ -77,6 +85,7 @@ def keep_freed_memory_for_reuse() -> bool:
     _applied = True
     logger.info(
         "Training on the CPU: glibc's malloc now serves large blocks from its heap and keeps freed "
-        "memory for the next step (%s=%s leaves it as it is).", ENVIRONMENT_VARIABLE, SYSTEM,
+        "memory for the next step: faster with many streams, more memory over a long run "
+        "(%s=%s leaves the allocator as it is).", ENVIRONMENT_VARIABLE, SYSTEM,
     )
     return True
