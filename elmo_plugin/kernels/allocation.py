@@ -15,7 +15,7 @@ users can also do by hand (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...`, or P
 The price is memory, and it grows over a run: nothing is returned to the system while the
 process lives, and the heap also keeps the holes that blocks of varying sizes leave between
 longer-lived ones, so over hundreds of steps the process's peak climbs well past what one step
-needs before it levels off. The faults it saves matter most where a step's blocks are larger
+needs. The faults it saves matter most where a step's blocks are larger
 than glibc's largest mmap threshold (32 MiB; many streams); with few streams the system's
 allocator can be as fast (BENCHMARKS.md, "Training memory over a long run", and
 `benchmarks/train_bilm.py memory`). Handing the heap's free pages back every few steps
