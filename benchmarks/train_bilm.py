@@ -49,6 +49,7 @@ from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.kernels import allocation, onednn
 from elmo_plugin.models.bilm import ElmoBiLmModel
+from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
 
@@ -168,7 +169,7 @@ def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None)
             "seconds": time.perf_counter() - step_start,
             "page_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before,
             "positions": int((forward_ids > 0).any(-1).sum()),
-            "distinct_tokens": int(torch.unique(all_ids, dim=0).size(0)),
+            "distinct_tokens": int(distinct_rows(all_ids)[0].size(0)),
             "loss": float(output["loss"].detach()),
             "peak_rss_mb_before": rss_before,
             "peak_rss_mb_after": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -199,15 +200,27 @@ def training_loader(path: str, vocabulary, streams: int, seed: int = 0):
     return loader
 
 
-def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32",
+def brown_training(directory: str, streams: int, seed: int = 0, precision: str = "float32",
                    optimizer_name: str = "fused_adagrad", **limits):
-    """Brown prepared in `directory`, a fresh model trained within `limits` (see train_steps)."""
+    """
+    Brown prepared in `directory` and a fresh model: `(model, vocabulary, steps, train_path,
+    heldout_path)`, where `steps` is `train_steps` within `limits`, not yet started (a
+    generator: the caller decides what it measures around each step).
+    """
     train_path, heldout_path, vocabulary = prepare_brown(directory)
     model = make_model(vocabulary, seed, precision)
     optimizer = make_optimizer(model, optimizer_name)
     loader = training_loader(train_path, vocabulary, streams, seed)
-    steps = list(train_steps(model, loader, optimizer, **limits))
-    return model, vocabulary, steps, train_path, heldout_path
+    return model, vocabulary, train_steps(model, loader, optimizer, **limits), train_path, heldout_path
+
+
+def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32",
+                   optimizer_name: str = "fused_adagrad", **limits):
+    """`brown_training` run to its end: the same tuple with the list of the steps' facts."""
+    model, vocabulary, steps, train_path, heldout_path = brown_training(
+        directory, streams, seed, precision, optimizer_name, **limits
+    )
+    return model, vocabulary, list(steps), train_path, heldout_path
 
 
 def labelled_forward_parts(model: ElmoBiLmModel) -> None:
@@ -231,12 +244,9 @@ def run_profile(args) -> None:
     """One profile of whole training steps: the phases, the forward parts, the top operators."""
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
-        train_path, _, vocabulary = prepare_brown(directory)
-        model = make_model(vocabulary, precision=args.precision)
+        model, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
+                                               optimizer_name=args.optimizer, max_steps=args.steps)
         labelled_forward_parts(model)
-        optimizer = make_optimizer(model, args.optimizer)
-        steps = train_steps(model, training_loader(train_path, vocabulary, args.streams), optimizer,
-                            max_steps=args.steps)
         for _ in range(args.warmup):  # one-off allocations
             next(steps)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
@@ -294,12 +304,10 @@ def run_memory(args) -> None:
     print(f"{args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads, "
           f"{allocation.ENVIRONMENT_VARIABLE}={allocation.mode()}, {args.precision}")
     with tempfile.TemporaryDirectory() as directory:
-        train_path, _, vocabulary = prepare_brown(directory)
-        model = make_model(vocabulary, precision=args.precision)
-        optimizer = make_optimizer(model, args.optimizer)
-        loader = training_loader(train_path, vocabulary, args.streams)
+        _, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
+                                           optimizer_name=args.optimizer, max_steps=args.steps)
         interval: List[Dict[str, float]] = []
-        for number, step in enumerate(train_steps(model, loader, optimizer, max_steps=args.steps), start=1):
+        for number, step in enumerate(steps, start=1):
             if number == 1:
                 print(f"peak RSS before the first step (model, optimizer, data): {step['peak_rss_mb_before']:.0f} MB")
             interval.append(step)
