@@ -19,9 +19,15 @@ from elmo_plugin.weights.options import NUM_CHARACTERS_IN_FILE, ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, parameter_array
 
 _ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
-# Tokens per pass through the CNN: its outputs (filters x positions per token, hundreds of kB
-# per token for the published models' widest filters) would otherwise dominate peak memory.
+# Tokens per pass through the encoder without gradients: the CNN's outputs (filters x positions
+# per token, hundreds of kB per token for the published models' widest filters) would otherwise
+# dominate peak memory.
 TOKENS_PER_CNN_CHUNK = 512
+# In training the CNN works a few tokens at a time by itself (`ConvolveAndMaxPool`), so these
+# chunks only cut the highway and projection products; each chunk makes a whole weight gradient
+# of its own (2 n_filters x n_filters per highway layer) that is then summed. Over long runs the
+# C heap grew least with this size of those tried (BENCHMARKS.md, "Training memory").
+TOKENS_PER_TRAINING_CHUNK = 1024
 # Training: the bytes of one chunk's products, which the maxima read again (a few MB: the L2 and
 # L3 caches).
 _CNN_TRAINING_CHUNK_BYTES = 4 * 2**20
@@ -219,24 +225,29 @@ class ElmoCharacterEncoder(ElmoTokenEncoder):
         return self._embed_distinct_tokens(distinct_ids).index_select(0, copies)
 
     def _embed_distinct_tokens(self, character_ids: torch.Tensor) -> torch.Tensor:
-        if character_ids.size(0) > TOKENS_PER_CNN_CHUNK:
+        tokens_per_chunk = self._tokens_per_chunk()
+        if character_ids.size(0) > tokens_per_chunk:
             return torch.cat(
-                [
-                    self._embed_distinct_tokens(chunk)
-                    for chunk in character_ids.split(TOKENS_PER_CNN_CHUNK)
-                ]
+                [self._embed_distinct_tokens(chunk) for chunk in character_ids.split(tokens_per_chunk)]
             )
         # (tokens, projection_dim)
         return self._project(self._character_features(character_ids))
 
-    def _character_features(self, character_ids: torch.Tensor) -> torch.Tensor:
-        """`(tokens, characters)` ids into the character table -> `(tokens, n_filters)`: the
-        CNN's max-pooled filters through the highway layers."""
-        if torch.is_grad_enabled() and any(
+    def _trains_cnn(self) -> bool:
+        """Whether this pass computes gradients for the character table or the filters."""
+        return torch.is_grad_enabled() and any(
             parameter.requires_grad
             for parameter in [self._char_embedding_weights]
             + [p for convolution in self._convolutions for p in convolution.parameters()]
-        ):
+        )
+
+    def _tokens_per_chunk(self) -> int:
+        return TOKENS_PER_TRAINING_CHUNK if self._trains_cnn() else TOKENS_PER_CNN_CHUNK
+
+    def _character_features(self, character_ids: torch.Tensor) -> torch.Tensor:
+        """`(tokens, characters)` ids into the character table -> `(tokens, n_filters)`: the
+        CNN's max-pooled filters through the highway layers."""
+        if self._trains_cnn():
             # (tokens, out_channels) per filter width
             maxima = [
                 ConvolveAndMaxPool.apply(character_ids, self._char_embedding_weights, convolution.weight)

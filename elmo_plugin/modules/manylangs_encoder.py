@@ -15,7 +15,7 @@ from elmo_plugin.data.character_mapper import (
 )
 from elmo_plugin.data.manylangs_characters import ManyLangsTokenMapper
 from elmo_plugin.kernels.products import Kernels
-from elmo_plugin.modules.char_encoder import TOKENS_PER_CNN_CHUNK, ElmoCharacterEncoder
+from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.options import ElmoOptions
@@ -89,8 +89,9 @@ class ElmoForManyLangsEncoder(ElmoCharacterEncoder):
         char_ids, word_ids = self._mapper.ids(tokens)
         device = self._char_embedding_weights.device
         vectors = []
-        for start in range(0, len(tokens), TOKENS_PER_CNN_CHUNK):
-            chunk = slice(start, start + TOKENS_PER_CNN_CHUNK)
+        tokens_per_chunk = self._tokens_per_chunk()
+        for start in range(0, len(tokens), tokens_per_chunk):
+            chunk = slice(start, start + tokens_per_chunk)
             # (chunk, n_filters), then the word vector before it: (chunk, token_features)
             features = self._character_features(char_ids[chunk].to(device))
             if self.word_embedding is not None:

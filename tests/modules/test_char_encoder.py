@@ -39,6 +39,40 @@ def test_gradients_of_repeated_tokens_are_summed_as_if_each_copy_were_embedded()
     assert any(gradient.abs().sum() > 0 for gradient in gradients[0])
 
 
+def test_training_and_inference_cut_the_distinct_tokens_into_chunks_of_their_own_sizes(monkeypatch):
+    from elmo_plugin.modules import char_encoder
+
+    monkeypatch.setattr(char_encoder, "TOKENS_PER_CNN_CHUNK", 2)
+    monkeypatch.setattr(char_encoder, "TOKENS_PER_TRAINING_CHUNK", 4)
+    character_ids = batch_to_ids(SENTENCES).view(-1, 50)  # 9 distinct rows
+    for requires_grad, expected_rows in ((False, [9, 2, 2, 2, 2, 1]), (True, [9, 4, 4, 1])):
+        encoder = _encoder(requires_grad=requires_grad)
+        rows_embedded = []
+        embed_distinct = encoder._embed_distinct_tokens
+        encoder._embed_distinct_tokens = lambda ids: rows_embedded.append(len(ids)) or embed_distinct(ids)
+        encoder.embed_tokens(character_ids)
+        assert rows_embedded == expected_rows
+    with torch.no_grad():  # a trainable encoder without gradients is cut as in inference
+        rows_embedded.clear()
+        encoder.embed_tokens(character_ids)
+    assert rows_embedded == [9, 2, 2, 2, 2, 1]
+
+
+def test_training_in_chunks_gives_the_gradients_of_one_pass(monkeypatch):
+    from elmo_plugin.modules import char_encoder
+
+    character_ids = batch_to_ids(SENTENCES).view(-1, 50)
+    weights = torch.randn(character_ids.size(0), 1, dtype=torch.float64)
+    gradients = []
+    for tokens_per_chunk in (4, 1000):
+        monkeypatch.setattr(char_encoder, "TOKENS_PER_TRAINING_CHUNK", tokens_per_chunk)
+        encoder = _encoder(requires_grad=True)
+        (encoder.embed_tokens(character_ids) * weights).sum().backward()
+        gradients.append([parameter.grad for parameter in encoder.parameters()])
+    for chunked, whole in zip(*gradients):
+        assert torch.allclose(chunked, whole, atol=1e-10, rtol=0)
+
+
 def test_allennlps_signature_reproduces_the_tensorflow_token_embeddings():
     # AllenNLP's `_ElmoCharacterEncoder(options_file, weight_file)`, against bilm-tf's
     # `dump_token_embeddings` output for the fixture vocabulary.
