@@ -12,14 +12,14 @@ freed memory (up to `KEPT_BYTES` at the heap's top) for the next step, as `allen
 users can also do by hand (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...`, or PyTorch's
 `THP_MEM_ALLOC_ENABLE=1` before the process starts).
 
-The price is memory, and it grows over a run: nothing is returned to the system while the
-process lives, and the heap also keeps the holes that blocks of varying sizes leave between
-longer-lived ones, so over hundreds of steps the process's peak climbs well past what one step
-needs. The faults it saves matter most where a step's blocks are larger
-than glibc's largest mmap threshold (32 MiB; many streams); with few streams the system's
-allocator can be as fast (BENCHMARKS.md, "Training memory over a long run", and
-`benchmarks/train_bilm.py memory`). Handing the heap's free pages back every few steps
-(`malloc_trim`) cost more speed than it saved memory there.
+The price is memory: nothing is returned to the system while the process lives, and a request
+that fits none of the holes that freed blocks left between longer-lived ones extends the heap,
+so the heap can grow over a run. Blocks that take the same size at every step let it reuse its holes
+(the char encoder's training chunks, `TOKENS_PER_TRAINING_CHUNK`). The faults it saves matter
+most where a step's blocks are larger than glibc's largest mmap threshold (32 MiB; many
+streams). BENCHMARKS.md ("Training memory over a long run") compares both allocators' peak and
+speed, and `benchmarks/train_bilm.py memory` measures them on another machine. Handing the
+heap's free pages back every few steps (`malloc_trim`) cost more speed than it saved memory.
 
 A process-wide setting, made once, on the CPU with glibc only, logged at INFO;
 `ELMO_PLUGIN_MALLOC=system` leaves the allocator as it is.
@@ -85,7 +85,7 @@ def keep_freed_memory_for_reuse() -> bool:
     _applied = True
     logger.info(
         "Training on the CPU: glibc's malloc now serves large blocks from its heap and keeps freed "
-        "memory for the next step: faster with many streams, more memory over a long run "
+        "memory for the next step instead of handing it back "
         "(%s=%s leaves the allocator as it is).", ENVIRONMENT_VARIABLE, SYSTEM,
     )
     return True
