@@ -146,8 +146,12 @@ def test_too_few_chunks_for_the_workers_are_named(caplog):
 
 
 # `allennlp elmo --num-workers 2` with SlowEmbedder in place of ElmoEmbedder.
+# Ctrl-C as in a terminal: started from a background job (CI under `nohup ... &`), the
+# interpreter would inherit SIGINT ignored and never see the test's signal.
 SLOW_COMMAND = """
+import signal
 import sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from allennlp.commands import main
 from allennlp.common.util import install_sigterm_handler
 import elmo_plugin.commands.elmo
