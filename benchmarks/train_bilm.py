@@ -307,17 +307,26 @@ def run_memory(args) -> None:
         _, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
                                            optimizer_name=args.optimizer, max_steps=args.steps)
         interval: List[Dict[str, float]] = []
+        number = 0
+
+        def report() -> None:
+            seconds = sum(s["seconds"] for s in interval)
+            print(f"steps {number - len(interval) + 1:4d}-{number:4d}: "
+                  f"{sum(s['positions'] for s in interval) / seconds:5.0f} tokens/s, "
+                  f"{numpy.mean([s['page_faults'] for s in interval]):7.0f} page faults/step, "
+                  f"peak RSS {interval[-1]['peak_rss_mb_after']:.0f} MB", flush=True)
+            interval.clear()
+
         for number, step in enumerate(steps, start=1):
             if number == 1:
                 print(f"peak RSS before the first step (model, optimizer, data): {step['peak_rss_mb_before']:.0f} MB")
             interval.append(step)
-            if number % args.report_every == 0 or number == args.steps:
-                seconds = sum(s["seconds"] for s in interval)
-                print(f"steps {number - len(interval) + 1:4d}-{number:4d}: "
-                      f"{sum(s['positions'] for s in interval) / seconds:5.0f} tokens/s, "
-                      f"{numpy.mean([s['page_faults'] for s in interval]):7.0f} page faults/step, "
-                      f"peak RSS {step['peak_rss_mb_after']:.0f} MB", flush=True)
-                interval = []
+            if number % args.report_every == 0:
+                report()
+        if interval:  # the last steps, also where the corpus ran out before --steps
+            report()
+        if number < args.steps:
+            print(f"the corpus (one epoch) ended after {number} of {args.steps} steps")
 
 
 def stream_perplexity(model, vocabulary, path: str, streams: int = 64) -> Dict[str, float]:
