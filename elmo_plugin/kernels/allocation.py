@@ -14,9 +14,9 @@ users can also do by hand (`MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...`, or P
 
 The price is memory: nothing is returned to the system while the process lives, and a request
 that fits none of the holes that freed blocks left between longer-lived ones extends the heap,
-so the heap can grow over a run. Blocks that take the same size at every step let it reuse its holes
-(the char encoder's training chunks, `TOKENS_PER_TRAINING_CHUNK`). The faults it saves matter
-most where a step's blocks are larger than glibc's largest mmap threshold (32 MiB; many
+so the heap can grow over a run. Blocks that take the same size at every step let it reuse its
+holes (the char encoder's training chunks, `TOKENS_PER_TRAINING_CHUNK`). The faults it saves
+matter most where a step's blocks are larger than glibc's largest mmap threshold (32 MiB; many
 streams). BENCHMARKS.md ("Training memory over a long run") compares both allocators' peak and
 speed, and `benchmarks/train_bilm.py memory` measures them on another machine. Handing the
 heap's free pages back every few steps (`malloc_trim`) cost more speed than it saved memory.
