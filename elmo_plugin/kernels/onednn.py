@@ -60,6 +60,13 @@ def available() -> bool:
 def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     """`functional.linear(inputs, weight, bias)` by oneDNN, for 2-D float32 CPU operands of any
     strides, without a gradient (the caller pads the rows: `at_padded_rows`)."""
+    # A broadcast operand (a zero stride: the gradient that `sum`, `mean` or `expand` pass
+    # back) sends oneDNN to its reference kernel, about a thousand times slower as a weight
+    # (BENCHMARKS.md); copied, it is an ordinary product.
+    if 0 in weight.stride():
+        weight = weight.contiguous()
+    if 0 in inputs.stride():
+        inputs = inputs.contiguous()
     return _ONEDNN_LINEAR(inputs, weight, bias, "none", [], "")
 
 

@@ -83,6 +83,28 @@ def test_strided_operands(onednn_calls):
 
 
 @needs_onednn
+def test_broadcast_operands_reach_onednn_as_copies(monkeypatch):
+    # The gradient of a `sum` is one value broadcast (all strides zero): oneDNN computed such a
+    # weight operand by its reference kernel, about a thousand times slower.
+    strides = []
+    onednn_linear = onednn._ONEDNN_LINEAR
+
+    def recording(inputs, weight, *arguments):
+        strides.append((inputs.stride(), weight.stride()))
+        return onednn_linear(inputs, weight, *arguments)
+
+    monkeypatch.setattr(onednn, "_ONEDNN_LINEAR", recording)
+    inputs, weight, _ = operands(16)
+    broadcast = torch.ones(1).expand(16, 96)
+    with torch.no_grad():
+        as_weight = onednn.linear(inputs.t().contiguous(), broadcast.t(), None)
+        as_inputs = onednn.linear(broadcast, weight.t(), None)
+    assert strides and all(0 not in stride for pair in strides for stride in pair)
+    torch.testing.assert_close(as_weight, inputs.t() @ broadcast)
+    torch.testing.assert_close(as_inputs, broadcast @ weight)
+
+
+@needs_onednn
 def test_trained_products_run_forward_and_backward_in_onednn(onednn_calls):
     inputs, weight, bias = operands(3, 7)
     gradient = torch.randn(3, 7, 96, generator=torch.Generator().manual_seed(1))
