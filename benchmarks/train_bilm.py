@@ -2,7 +2,8 @@
 Training the biLM on this machine: throughput and a real (short) run.
 
 1. speed: training steps of the `elmo_bilm` model with the published small architecture
-   (2x1024_128_2048cnn_1xhighway) and bilm-tf's recipe (windows of 20, sampled softmax with
+   (2x1024_128_2048cnn_1xhighway; `--architecture original`: 2x4096_512_2048cnn_2xhighway)
+   and bilm-tf's recipe (windows of 20, sampled softmax with
    8192 negatives, Adagrad, gradient clipping) on Brown text: predicted tokens per second
    (forward-direction positions, bilm-tf's count), and the fraction of the compute limit,
    i.e. 3x the forward FLOPs of those steps divided by the time the measured matrix-product
@@ -26,10 +27,12 @@ Training the biLM on this machine: throughput and a real (short) run.
     python benchmarks/train_bilm.py speed --streams 32 --optimizer adagrad
     python benchmarks/train_bilm.py brown --minutes 30 --streams 32
     ELMO_PLUGIN_MALLOC=system python benchmarks/train_bilm.py memory --streams 32 --steps 400
+    python benchmarks/train_bilm.py memory --architecture original --streams 32 --steps 200
 
 Needs ../shared/data (brown.zip, lm_eval/).
 """
 import argparse
+import copy
 import os
 import random
 import resource
@@ -51,11 +54,12 @@ from elmo_plugin.kernels import allocation, onednn
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.weights.options import ElmoOptions
-from elmo_plugin.weights.pretrained import SMALL_OPTIONS
+from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 OUTPUT = os.path.join(os.path.dirname(__file__), "output")  # git-ignored
 WINDOW_SIZE = 20
+ARCHITECTURES = {"small": "2x1024_128_2048cnn_1xhighway", "original": "2x4096_512_2048cnn_2xhighway"}
 NUM_SAMPLES = 8192
 
 
@@ -128,11 +132,12 @@ def forward_flops(options: ElmoOptions, distinct_tokens: int, positions: int) ->
     return encoder + 2 * positions * (lstm_per_position + softmax_per_position)
 
 
-def make_model(vocabulary, seed: int = 0, precision: str = "float32") -> ElmoBiLmModel:
+def make_model(vocabulary, seed: int = 0, precision: str = "float32",
+               architecture: str = "small") -> ElmoBiLmModel:
     torch.manual_seed(seed)
     numpy.random.seed(seed)
-    return ElmoBiLmModel(vocabulary, options=SMALL_OPTIONS, dropout=0.1, num_samples=NUM_SAMPLES,
-                         training_precision=precision)
+    return ElmoBiLmModel(vocabulary, options=copy.deepcopy(ARCHITECTURE_OPTIONS[architecture]), dropout=0.1,
+                         num_samples=NUM_SAMPLES, training_precision=precision)
 
 
 def make_optimizer(model: ElmoBiLmModel, name: str = "fused_adagrad") -> Optimizer:
@@ -201,25 +206,22 @@ def training_loader(path: str, vocabulary, streams: int, seed: int = 0):
 
 
 def brown_training(directory: str, streams: int, seed: int = 0, precision: str = "float32",
-                   optimizer_name: str = "fused_adagrad", **limits):
+                   optimizer_name: str = "fused_adagrad", architecture: str = "small", **limits):
     """
     Brown prepared in `directory` and a fresh model: `(model, vocabulary, steps, train_path,
     heldout_path)`, where `steps` is `train_steps` within `limits`, not yet started (a
     generator: the caller decides what it measures around each step).
     """
     train_path, heldout_path, vocabulary = prepare_brown(directory)
-    model = make_model(vocabulary, seed, precision)
+    model = make_model(vocabulary, seed, precision, architecture)
     optimizer = make_optimizer(model, optimizer_name)
     loader = training_loader(train_path, vocabulary, streams, seed)
     return model, vocabulary, train_steps(model, loader, optimizer, **limits), train_path, heldout_path
 
 
-def train_on_brown(directory: str, streams: int, seed: int = 0, precision: str = "float32",
-                   optimizer_name: str = "fused_adagrad", **limits):
+def train_on_brown(directory: str, streams: int, **settings):
     """`brown_training` run to its end: the same tuple with the list of the steps' facts."""
-    model, vocabulary, steps, train_path, heldout_path = brown_training(
-        directory, streams, seed, precision, optimizer_name, **limits
-    )
+    model, vocabulary, steps, train_path, heldout_path = brown_training(directory, streams, **settings)
     return model, vocabulary, list(steps), train_path, heldout_path
 
 
@@ -245,7 +247,8 @@ def run_profile(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
-                                               optimizer_name=args.optimizer, max_steps=args.steps)
+                                               optimizer_name=args.optimizer, architecture=args.architecture,
+                                               max_steps=args.steps)
         labelled_forward_parts(model)
         for _ in range(args.warmup):  # one-off allocations
             next(steps)
@@ -268,7 +271,8 @@ def run_speed(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
-            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer, max_steps=args.steps
+            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer,
+            architecture=args.architecture, max_steps=args.steps,
         )
     # The first steps include one-off allocations: the process's heap grows to its working
     # size (page faults) before the steps settle.
@@ -279,7 +283,8 @@ def run_speed(args) -> None:
                 for s in measured)
     rates = gemm_rate()
     best_rate = max(rates.values())
-    print(f"training precision {args.precision}, optimizer {args.optimizer}; small architecture (2x1024_128_2048cnn_1xhighway), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
+    print(f"training precision {args.precision}, optimizer {args.optimizer}; {args.architecture} architecture "
+          f"({ARCHITECTURES[args.architecture]}), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
           f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
     print(f"steps measured: {len(measured)} after {args.warmup}, {seconds / len(measured):.2f} s/step, "
           f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
@@ -301,11 +306,12 @@ def run_speed(args) -> None:
 
 def run_memory(args) -> None:
     torch.set_num_threads(args.threads)
-    print(f"{args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads, "
+    print(f"{args.architecture} architecture, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads, "
           f"{allocation.ENVIRONMENT_VARIABLE}={allocation.mode()}, {args.precision}")
     with tempfile.TemporaryDirectory() as directory:
         _, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
-                                           optimizer_name=args.optimizer, max_steps=args.steps)
+                                           optimizer_name=args.optimizer, architecture=args.architecture,
+                                           max_steps=args.steps)
         interval: List[Dict[str, float]] = []
         number = 0
 
@@ -353,11 +359,13 @@ def run_perplexity(args) -> None:
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, heldout_path = train_on_brown(
             directory, args.streams, seed=args.seed, precision=args.precision, optimizer_name=args.optimizer,
+            architecture=args.architecture,
             max_steps=args.steps,
         )
         model.eval()
         result = stream_perplexity(model, vocabulary, heldout_path)
-    print(f"{args.precision}, {args.optimizer}, seed {args.seed}, {len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
+    print(f"{args.architecture} architecture, {args.precision}, {args.optimizer}, seed {args.seed}, "
+          f"{len(steps)} steps of {args.streams} streams: last 20 steps mean loss "
           f"{numpy.mean([s['loss'] for s in steps[-20:]]):.4f}; Brown held-out perplexity "
           f"{result['perplexity']:.2f} (forward {result['forward_perplexity']:.2f}, "
           f"backward {result['backward_perplexity']:.2f})")
@@ -368,6 +376,7 @@ def run_brown(args) -> None:
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, train_path, heldout_path = train_on_brown(
             directory, args.streams, precision=args.precision, optimizer_name=args.optimizer,
+            architecture=args.architecture,
             max_seconds=args.minutes * 60,
         )
         trained_positions = sum(s["positions"] for s in steps)
@@ -407,6 +416,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
+    parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURES),
+                        help="the published architecture trained (weights random)")
     parser.add_argument("--optimizer", default="fused_adagrad", choices=["fused_adagrad", "adagrad"],
                         help="the registered optimizer (the configs' default: fused_adagrad)")
     args = parser.parse_args()
