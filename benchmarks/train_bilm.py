@@ -59,7 +59,6 @@ from elmo_plugin.weights.pretrained import ARCHITECTURE_OPTIONS
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 OUTPUT = os.path.join(os.path.dirname(__file__), "output")  # git-ignored
 WINDOW_SIZE = 20
-ARCHITECTURES = {"small": "2x1024_128_2048cnn_1xhighway", "original": "2x4096_512_2048cnn_2xhighway"}
 NUM_SAMPLES = 8192
 
 
@@ -130,6 +129,12 @@ def forward_flops(options: ElmoOptions, distinct_tokens: int, positions: int) ->
     )
     softmax_per_position = 2 * options.projection_dim * (NUM_SAMPLES + 1)
     return encoder + 2 * positions * (lstm_per_position + softmax_per_position)
+
+
+def architecture_name(options: ElmoOptions) -> str:
+    """The published files' name for an architecture, e.g. 2x4096_512_2048cnn_2xhighway."""
+    return (f"{options.n_layers}x{options.cell_dim}_{options.projection_dim}_{options.n_filters}cnn_"
+            f"{options.n_highway}xhighway")
 
 
 def make_model(vocabulary, seed: int = 0, precision: str = "float32",
@@ -284,7 +289,7 @@ def run_speed(args) -> None:
     rates = gemm_rate()
     best_rate = max(rates.values())
     print(f"training precision {args.precision}, optimizer {args.optimizer}; {args.architecture} architecture "
-          f"({ARCHITECTURES[args.architecture]}), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
+          f"({architecture_name(model.bilm.options)}), vocabulary {vocabulary.get_vocab_size('lm_tokens')} "
           f"words, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads")
     print(f"steps measured: {len(measured)} after {args.warmup}, {seconds / len(measured):.2f} s/step, "
           f"distinct tokens per step {numpy.mean([s['distinct_tokens'] for s in measured]):.0f} "
@@ -416,7 +421,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
-    parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURES),
+    parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURE_OPTIONS),
                         help="the published architecture trained (weights random)")
     parser.add_argument("--optimizer", default="fused_adagrad", choices=["fused_adagrad", "adagrad"],
                         help="the registered optimizer (the configs' default: fused_adagrad)")
