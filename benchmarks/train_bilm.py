@@ -224,6 +224,11 @@ def brown_training(directory: str, streams: int, seed: int = 0, precision: str =
     return model, vocabulary, train_steps(model, loader, optimizer, **limits), train_path, heldout_path
 
 
+def model_settings(args) -> Dict[str, str]:
+    """The command line's model and optimizer, as `brown_training` takes them."""
+    return {"precision": args.precision, "optimizer_name": args.optimizer, "architecture": args.architecture}
+
+
 def train_on_brown(directory: str, streams: int, **settings):
     """`brown_training` run to its end: the same tuple with the list of the steps' facts."""
     model, vocabulary, steps, train_path, heldout_path = brown_training(directory, streams, **settings)
@@ -251,8 +256,7 @@ def run_profile(args) -> None:
     """One profile of whole training steps: the phases, the forward parts, the top operators."""
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
-        model, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
-                                               optimizer_name=args.optimizer, architecture=args.architecture,
+        model, _, steps, _, _ = brown_training(directory, args.streams, **model_settings(args),
                                                max_steps=args.steps)
         labelled_forward_parts(model)
         for _ in range(args.warmup):  # one-off allocations
@@ -276,8 +280,7 @@ def run_speed(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
-            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer,
-            architecture=args.architecture, max_steps=args.steps,
+            directory, args.streams, **model_settings(args), max_steps=args.steps
         )
     # The first steps include one-off allocations: the process's heap grows to its working
     # size (page faults) before the steps settle.
@@ -314,8 +317,7 @@ def run_memory(args) -> None:
     print(f"{args.architecture} architecture, {args.streams} streams x {WINDOW_SIZE} steps, {args.threads} threads, "
           f"{allocation.ENVIRONMENT_VARIABLE}={allocation.mode()}, {args.precision}")
     with tempfile.TemporaryDirectory() as directory:
-        _, _, steps, _, _ = brown_training(directory, args.streams, precision=args.precision,
-                                           optimizer_name=args.optimizer, architecture=args.architecture,
+        _, _, steps, _, _ = brown_training(directory, args.streams, **model_settings(args),
                                            max_steps=args.steps)
         interval: List[Dict[str, float]] = []
         number = 0
@@ -363,9 +365,7 @@ def run_perplexity(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, heldout_path = train_on_brown(
-            directory, args.streams, seed=args.seed, precision=args.precision, optimizer_name=args.optimizer,
-            architecture=args.architecture,
-            max_steps=args.steps,
+            directory, args.streams, seed=args.seed, **model_settings(args), max_steps=args.steps
         )
         model.eval()
         result = stream_perplexity(model, vocabulary, heldout_path)
@@ -380,9 +380,7 @@ def run_brown(args) -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, train_path, heldout_path = train_on_brown(
-            directory, args.streams, precision=args.precision, optimizer_name=args.optimizer,
-            architecture=args.architecture,
-            max_seconds=args.minutes * 60,
+            directory, args.streams, **model_settings(args), max_seconds=args.minutes * 60
         )
         trained_positions = sum(s["positions"] for s in steps)
         train_tokens = sum(len(line.split()) + 2 for line in open(train_path, encoding="utf-8"))
