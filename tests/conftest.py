@@ -9,6 +9,7 @@ import pytest  # noqa: E402
 from allennlp.commands.train import train_model_from_file  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
+from elmo_plugin.kernels import choice  # noqa: E402
 from tests.helpers import BILM_CONFIGS, bilm_data_overrides  # noqa: E402
 
 # Property tests: the same examples on every run and no example database written into the
@@ -28,3 +29,15 @@ def trained_tiny_bilm(tmp_path_factory):
         overrides=bilm_data_overrides(**{"model.dropout": 0.0}),
     )
     return serialization_dir
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """The measured kernel choice, with a cache file of its own (its path) and no decision
+    from before."""
+    monkeypatch.setattr(choice, "CACHE_PATH", tmp_path / "kernel_choice.json")
+    choice.set_mode(choice.MEASURE)
+    choice.forget_decisions()
+    yield tmp_path / "kernel_choice.json"
+    choice.set_mode(None)
+    choice.forget_decisions()

@@ -1,5 +1,6 @@
 """
-The float32 kernel of each product, chosen on the machine that runs it.
+The float32 kernel of each product, and the way of running the LSTM's two directions, chosen
+on the machine that runs them.
 
 Which of MKL's product (`functional.linear`), oneDNN's (`onednn`) and MKL's packed single-row
 product (`mkl_packed`) is fastest depends on the CPU (AVX512 or AVX2 only, cache sizes), the
@@ -18,8 +19,14 @@ kernels, without measuring again: the worker processes of one `allennlp elmo` ru
 resumed run give the bytes of one process. A file lock makes the processes of a machine
 measure each class once. Each decision is logged once per process at INFO.
 
+Ways of running a piece of work that give the same results are chosen the same way
+(`fastest`), timed in turns on the whole piece: the LSTM's directions side by side or one after
+the other, at a few rows (`ElmoLstm.directions_side_by_side`), which depends on how fast one
+thread runs a precision's products on the CPU (BENCHMARKS.md).
+
 `ELMO_PLUGIN_KERNEL_CHOICE=fixed` (or `set_mode("fixed")`) turns the choice off: the table of
-`products` (oneDNN for the wide products, MKL for the projections, MKL packed at one row).
+`products` (oneDNN for the wide products, MKL for the projections, MKL packed at one row), and
+the directions side by side.
 """
 import functools
 import hashlib
@@ -48,6 +55,8 @@ ACCURACY_FACTOR = 2.0
 # The rows a measurement uses at most (the char CNN's products have tens of thousands).
 _MEASURED_ROWS = 2048
 _TIMED_REPEATS = 5
+# Turns of each way of running a piece of work (`fastest`): each turn runs the whole piece.
+_TIMED_TURNS = 3
 
 _mode: Optional[str] = None
 _decisions: Dict[str, str] = {}
@@ -141,8 +150,7 @@ def _decide(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, wei
             bias: Optional[torch.Tensor]) -> str:
     identity = cpu_identity()
     try:
-        CACHE_PATH.parent.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(CACHE_PATH) + ".lock", timeout=600):
+        with _cache_lock():
             cache = _read_cache()
             cached = cache.get(identity, {}).get(name)
             if cached in candidates:
@@ -153,12 +161,87 @@ def _decide(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, wei
             _write_cache(cache)
             return decided
     except (OSError, filelock.Timeout) as error:
-        global _warned_about_cache
-        if not _warned_about_cache:
-            _warned_about_cache = True
-            logger.warning("The kernel choice cache %s cannot be used (%s): choosing for this process only; "
-                           "other processes may choose differently.", CACHE_PATH, error)
+        _warn_that_the_cache_cannot_be_used(error)
         return _measure(name, candidates, inputs, weight, bias)
+
+
+def fastest(name: str, candidates: Dict[str, Callable[[], Any]]) -> str:
+    """
+    The name of the fastest of `candidates`: ways of doing one piece of work, with the same
+    results, rather than products (the LSTM's two directions side by side or one after the
+    other), for the work class `name`. Decided before in this process, read from the machine's
+    cache, or timed now (`timed_in_turns`) and cached.
+
+    No lock is held while timing: a candidate may run work in another thread that asks for its
+    products' kernels itself. Two processes may then time one class at once; the first to
+    write its decision to the cache decides for both.
+    """
+    name = f"{name} from {'/'.join(sorted(candidates))}"
+    decided = _decisions.get(name)
+    if decided in candidates:
+        return decided
+    identity = cpu_identity()
+    try:
+        with _cache_lock():
+            decided = _read_cache().get(identity, {}).get(name)
+        cache_usable = True
+    except (OSError, filelock.Timeout) as error:
+        _warn_that_the_cache_cannot_be_used(error)
+        decided, cache_usable = None, False
+    if decided in candidates:
+        logger.info("Way to run %s: %s (decided before on this CPU, %s)", name, decided, CACHE_PATH)
+    else:
+        seconds = timed_in_turns(candidates)
+        decided = min(seconds, key=lambda label: seconds[label])
+        logger.info("Way to run %s: %s, measured on this CPU (%s)", name, decided,
+                    ", ".join(f"{label} {seconds[label] * 1e3:.1f} ms" for label in candidates))
+        if cache_usable:
+            decided = _remember(identity, name, decided, candidates)
+    with _lock:
+        return _decisions.setdefault(name, decided)
+
+
+def _remember(identity: str, name: str, decided: str, candidates: Dict[str, Any]) -> str:
+    """Writes `decided` to the cache, unless another process wrote a decision first: the one
+    the cache then holds."""
+    try:
+        with _cache_lock():
+            cache = _read_cache()
+            earlier = cache.get(identity, {}).get(name)
+            if earlier in candidates:
+                return earlier
+            cache.setdefault(identity, {})[name] = decided
+            _write_cache(cache)
+    except (OSError, filelock.Timeout) as error:
+        _warn_that_the_cache_cannot_be_used(error)
+    return decided
+
+
+def timed_in_turns(candidates: Dict[str, Callable[[], Any]]) -> Dict[str, float]:
+    """The least of `_TIMED_TURNS` timings of each candidate, run in turns after one run of each
+    to warm up, so that the machine's drift reaches them alike."""
+    for run in candidates.values():
+        run()
+    best = {label: float("inf") for label in candidates}
+    for _ in range(_TIMED_TURNS):
+        for label, run in candidates.items():
+            start = time.perf_counter()
+            run()
+            best[label] = min(best[label], time.perf_counter() - start)
+    return best
+
+
+def _cache_lock() -> filelock.FileLock:
+    CACHE_PATH.parent.mkdir(parents=True, exist_ok=True)
+    return filelock.FileLock(str(CACHE_PATH) + ".lock", timeout=600)
+
+
+def _warn_that_the_cache_cannot_be_used(error: Exception) -> None:
+    global _warned_about_cache
+    if not _warned_about_cache:
+        _warned_about_cache = True
+        logger.warning("The kernel choice cache %s cannot be used (%s): choosing for this process only; "
+                       "other processes may choose differently.", CACHE_PATH, error)
 
 
 def _read_cache() -> Dict[str, Dict[str, str]]:

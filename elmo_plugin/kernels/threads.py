@@ -14,6 +14,9 @@ from typing import Callable, Optional, Tuple, TypeVar
 
 import torch
 
+# The two ways of running two pieces of work, as `choice.fastest` names them.
+SIDE_BY_SIDE, ONE_AFTER_THE_OTHER = "side by side", "one after the other"
+
 First = TypeVar("First")
 Second = TypeVar("Second")
 

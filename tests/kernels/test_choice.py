@@ -5,6 +5,7 @@ wins (the oracle's float32 bound and the TensorFlow fixture).
 """
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -16,17 +17,6 @@ from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
 from tests.modules.oracle import check_bilm_equals_allennlp, check_top_layer_matches_tensorflow
 
 needs_both = pytest.mark.skipif(not (onednn.available() and mkl_packed.available()), reason="needs oneDNN and MKL")
-
-
-@pytest.fixture
-def measuring(monkeypatch, tmp_path):
-    """Measured choice with a cache of its own and no decision from before."""
-    monkeypatch.setattr(choice, "CACHE_PATH", tmp_path / "kernel_choice.json")
-    choice.set_mode(choice.MEASURE)
-    choice.forget_decisions()
-    yield tmp_path / "kernel_choice.json"
-    choice.set_mode(None)
-    choice.forget_decisions()
 
 
 def winning(monkeypatch, winner):
@@ -132,3 +122,79 @@ def test_the_bilm_stays_within_the_oracles_bound_whichever_kernel_wins(measuring
     torch.testing.assert_close(alone, batched, rtol=0, atol=1e-6)
     decided = json.loads(measuring.read_text())[choice.cpu_identity()]
     assert decided["lstm recurrent 256x16 rows<=1 from mkl/mkl_packed/onednn"] == winner
+
+
+def test_ways_of_running_work_are_timed_in_turns_and_the_least_time_of_each_counts(monkeypatch):
+    # Turns a, b, a, b, a, b taking 3, 2, 1, 4, 2, 5 seconds: a at best 1, b at best 2.
+    durations = [3.0, 2.0, 1.0, 4.0, 2.0, 5.0]
+    readings = [0.0]
+    for seconds in durations:
+        readings += [readings[-1], readings[-1] + seconds]
+    clock = iter(readings[1:])
+    monkeypatch.setattr(choice.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(choice, "_TIMED_TURNS", 3)
+    runs = []
+    seconds = choice.timed_in_turns({"a": lambda: runs.append("a"), "b": lambda: runs.append("b")})
+    assert runs == ["a", "b"] * 4  # one warm-up run of each, then the turns
+    assert seconds == {"a": 1.0, "b": 2.0}
+
+
+def test_the_fastest_way_is_used_cached_for_the_machine_and_logged_once(measuring, monkeypatch, caplog):
+    timings = []
+    monkeypatch.setattr(choice, "timed_in_turns", lambda ways: timings.append(sorted(ways)) or {"slow": 2.0, "quick": 1.0})
+    ways = {"slow": lambda: None, "quick": lambda: None}
+    with caplog.at_level(logging.INFO, logger=choice.__name__):
+        assert choice.fastest("some work rows<=1", ways) == "quick"
+        assert choice.fastest("some work rows<=1", ways) == "quick"
+    assert timings == [["quick", "slow"]]
+    messages = [r.getMessage() for r in caplog.records if r.name == choice.__name__]
+    assert messages == ["Way to run some work rows<=1 from quick/slow: quick, measured on this CPU (slow 2000.0 ms, quick 1000.0 ms)"]
+    assert json.loads(measuring.read_text()) == {choice.cpu_identity(): {"some work rows<=1 from quick/slow": "quick"}}
+    # Another process of the machine reads it, timing nothing; another class is timed anew.
+    choice.forget_decisions()
+    with caplog.at_level(logging.INFO, logger=choice.__name__):
+        assert choice.fastest("some work rows<=1", ways) == "quick"
+    assert timings == [["quick", "slow"]] and "decided before on this CPU" in caplog.records[-1].getMessage()
+    choice.fastest("some work rows<=8", ways)
+    assert len(timings) == 2
+
+
+def test_the_first_process_to_write_a_way_decides_for_all(measuring, monkeypatch):
+    name = "some work rows<=1 from quick/slow"
+
+    def timed_while_another_process_decides(ways):
+        measuring.write_text(json.dumps({choice.cpu_identity(): {name: "slow"}}))
+        return {"slow": 2.0, "quick": 1.0}
+
+    monkeypatch.setattr(choice, "timed_in_turns", timed_while_another_process_decides)
+    assert choice.fastest("some work rows<=1", {"slow": lambda: None, "quick": lambda: None}) == "slow"
+    assert json.loads(measuring.read_text()) == {choice.cpu_identity(): {name: "slow"}}
+
+
+def test_ways_are_timed_with_no_lock_held(measuring):
+    weight = torch.randn(8, 4)
+    executor = ThreadPoolExecutor(max_workers=1)
+
+    def work_that_asks_for_a_kernel_in_another_thread():
+        # What the LSTM's directions side by side do: the worker thread asks for its products'
+        # kernels while the calling thread waits for it.
+        future = executor.submit(choice.chosen, ("highway", (8, 4), "8"), {"mkl": lambda x: x @ weight.T},
+                                 torch.randn(3, 4), weight, None)
+        return future.result(timeout=20)
+
+    try:
+        assert choice.fastest("some work", {"only": work_that_asks_for_a_kernel_in_another_thread}) == "only"
+    finally:
+        executor.shutdown(wait=False)
+    assert set(json.loads(measuring.read_text())[choice.cpu_identity()]) == {
+        "highway 8x4 rows<=8 from mkl", "some work from only"
+    }
+
+
+def test_an_unusable_cache_still_chooses_a_way_and_says_so(measuring, monkeypatch, tmp_path, caplog):
+    blocker = tmp_path / "not_a_directory"
+    blocker.write_text("")
+    monkeypatch.setattr(choice, "CACHE_PATH", blocker / "kernel_choice.json")
+    with caplog.at_level(logging.WARNING, logger=choice.__name__):
+        assert choice.fastest("some work", {"only": lambda: None}) == "only"
+    assert "cannot be used" in caplog.text and "other processes may choose differently" in caplog.text

@@ -11,7 +11,7 @@ from elmo_plugin.kernels import choice, onednn, recorded_products
 from elmo_plugin.kernels.recorded_products import FORWARD, WEIGHT_GRADIENT, product_nt
 from elmo_plugin.kernels.roles import Role
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
-from tests.kernels.test_choice import measuring, winning  # noqa: F401 (a fixture)
+from tests.kernels.test_choice import winning
 from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN linear")
