@@ -1,7 +1,7 @@
 """
 The one-row product that bounds embedding one sentence at a time: the LSTM's recurrent
 product, (1, 512) x (512, 16384), read from memory at every step by both directions side by
-side (as `ElmoLstm.parallel_directions` runs them: two threads, one torch thread each).
+side (as `ElmoLstm` runs them where that is faster: two threads, one torch thread each).
 
     python benchmarks/one_row_products.py [--matrices 8] [--rounds 20]
 

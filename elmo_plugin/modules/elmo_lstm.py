@@ -2,12 +2,12 @@
 ELMo's LSTM stack: separate forward and backward stacks of LSTM cells (`lstm_cell`), optional
 residual connections between layers, the two directions side by side where that is faster.
 """
-from typing import List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy
 import torch
 
-from elmo_plugin.kernels import threads
+from elmo_plugin.kernels import choice, threads
 from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.modules.start_state import BatchStartState, LstmState
@@ -17,6 +17,14 @@ from elmo_plugin.weights.parameter_mapping import Arrays, with_prefix
 
 # One direction's outputs per layer, final states per layer, final memories per layer.
 DirectionResult = Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tensor]]
+
+# Up to this many rows, which way of running the directions is faster depends on the CPU and the
+# precision (how fast one thread runs a step's products), and is measured; above it a step's
+# products dominate: the two ways were within 5% at 16 rows and side by side ahead at 64 in
+# every precision (BENCHMARKS.md).
+MOST_ROWS_MEASURED = 8
+# The positions the two ways are timed on: a sentence as long as bilm-tf's training windows.
+_TIMED_POSITIONS = 20
 
 
 class ElmoLstm(torch.nn.Module):
@@ -53,12 +61,16 @@ class ElmoLstm(torch.nn.Module):
         Dropout on every layer's input (the token representations for the first), only in
         training mode; a residual connection adds the dropped-out input, as in bilm-tf, where
         each cell is `DropoutWrapper(ResidualWrapper(cell), input_keep_prob)`.
-    parallel_directions : `bool`, optional (default = `True`)
-        Where no autograd graph is recorded and nothing random happens, on the CPU, run the
-        backward direction in a second thread beside the forward one (see
+    parallel_directions : `Optional[bool]`, optional (default = `None`)
+        Where no autograd graph is recorded and nothing random happens, on the CPU: whether to
+        run the backward direction in a second thread beside the forward one (see
         `elmo_plugin.kernels.threads`: it halves the process-wide torch thread count for the
         duration of the call, so turn this off if other threads run torch work at the same
-        time). Also an attribute, settable any time.
+        time). `None`: where it is faster on this machine (`directions_side_by_side`). Both
+        ways compute the same values; one after the other each product runs on all threads,
+        which can round differently in the last bits where a kernel splits its work by thread
+        count (not seen with the published architecture's products: BENCHMARKS.md). Also an
+        attribute, settable any time.
     kernels : `Kernels`, optional
         Computes the cells' products (`ElmoBiLm` shares its own).
     """
@@ -75,7 +87,7 @@ class ElmoLstm(torch.nn.Module):
         state_projection_clip_value: Optional[float] = None,
         use_skip_connections: bool = True,
         input_dropout_probability: float = 0.0,
-        parallel_directions: bool = True,
+        parallel_directions: Optional[bool] = None,
         kernels: Optional[Kernels] = None,
     ) -> None:
         super().__init__()
@@ -207,6 +219,19 @@ class ElmoLstm(torch.nn.Module):
             backward_inputs, backward_mask = inputs, mask
         elif backward_mask is None:
             backward_mask = mask
+        side_by_side = self._directions_in_parallel(inputs, backward_inputs)
+        return self._run_directions(inputs, mask, initial_state, backward_inputs, backward_mask, side_by_side)
+
+    def _run_directions(
+        self,
+        inputs: torch.Tensor,
+        mask: torch.BoolTensor,
+        initial_state: LstmState,
+        backward_inputs: torch.Tensor,
+        backward_mask: torch.BoolTensor,
+        side_by_side: bool,
+    ) -> Tuple[torch.Tensor, LstmState]:
+        """`forward_with_state`, its directions side by side or one after the other."""
         initial_states, initial_memories = initial_state
         forward_start = (
             initial_states[..., : self.hidden_size],
@@ -225,7 +250,7 @@ class ElmoLstm(torch.nn.Module):
                 self.backward_layers, backward_inputs, backward_mask, backward_start
             )
 
-        if self._directions_in_parallel(inputs, backward_inputs):
+        if side_by_side:
             forward, backward = threads.run_side_by_side(forward_direction, backward_direction)
         else:
             forward, backward = forward_direction(), backward_direction()
@@ -260,8 +285,6 @@ class ElmoLstm(torch.nn.Module):
         return layer_outputs, final_states, final_memories
 
     def _directions_in_parallel(self, inputs: torch.Tensor, backward_inputs: torch.Tensor) -> bool:
-        if not self.parallel_directions:
-            return False
         records_graph = torch.is_grad_enabled() and (
             inputs.requires_grad
             or backward_inputs.requires_grad
@@ -271,7 +294,56 @@ class ElmoLstm(torch.nn.Module):
             self._input_dropout.p > 0.0
             or any(cell.recurrent_dropout_probability > 0.0 for cell in self.forward_layers)
         )
-        return threads.can_run_side_by_side(inputs.device, records_graph, draws_random_numbers)
+        return self.directions_side_by_side(inputs.size(0), inputs, records_graph, draws_random_numbers)
+
+    def directions_side_by_side(
+        self, rows: int, reference: torch.Tensor, records_graph: bool = False, draws_random_numbers: bool = False
+    ) -> bool:
+        """
+        Whether a forward call over `rows` rows runs the two directions side by side (see
+        `parallel_directions`): never where that could change a result (`threads`); with
+        `parallel_directions=None`, for more than `MOST_ROWS_MEASURED` rows or with the fixed
+        kernel table always, else by what was faster on this machine for this precision, dtype,
+        shape, row class and thread count (`choice.fastest`, timed once per machine on
+        `_TIMED_POSITIONS` random positions).
+
+        # Parameters
+
+        rows : `int`
+            The batch's rows.
+        reference : `torch.Tensor`
+            A tensor of the call: its device and dtype.
+        records_graph, draws_random_numbers : `bool`, optional (default = `False`)
+            Whether autograd records the call, and whether it draws dropout masks.
+        """
+        if self.parallel_directions is False or not threads.can_run_side_by_side(
+            reference.device, records_graph, draws_random_numbers
+        ):
+            return False
+        if self.parallel_directions or choice.mode() == choice.FIXED or rows > MOST_ROWS_MEASURED:
+            return True
+        work_class = (
+            f"lstm directions {self.kernels.precision} {str(reference.dtype).replace('torch.', '')} "
+            f"{self.input_size}x{self.cell_size}x{self.hidden_size}x{self.num_layers} "
+            f"rows<={choice.row_class(rows)} threads {torch.get_num_threads()}"
+        )
+        return choice.fastest(work_class, self._ways_to_run_directions(rows, reference)) == threads.SIDE_BY_SIDE
+
+    def _ways_to_run_directions(self, rows: int, reference: torch.Tensor) -> Dict[str, Callable[[], Any]]:
+        """Both directions over `rows` rows of `_TIMED_POSITIONS` random positions, side by side
+        and one after the other (the inputs made at the first run, shared by both)."""
+        work: List[Tuple[torch.Tensor, torch.BoolTensor, LstmState]] = []
+
+        def run(side_by_side: bool) -> Tuple[torch.Tensor, LstmState]:
+            if not work:
+                generator = torch.Generator().manual_seed(0)
+                inputs = torch.randn(rows, _TIMED_POSITIONS, self.input_size, generator=generator).to(reference)
+                mask = torch.ones(rows, _TIMED_POSITIONS, dtype=torch.bool, device=reference.device)
+                work.append((inputs, mask, self.zero_state(rows, inputs)))
+            inputs, mask, state = work[0]
+            return self._run_directions(inputs, mask, state, inputs, mask, side_by_side)
+
+        return {threads.SIDE_BY_SIDE: lambda: run(True), threads.ONE_AFTER_THE_OTHER: lambda: run(False)}
 
     def parameters_from_arrays(self, arrays: Mapping[str, numpy.ndarray]) -> Arrays:
         """Every cell's parameters from the layout's `RNN_{direction}/.../Cell{layer}` datasets."""

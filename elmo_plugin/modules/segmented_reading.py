@@ -97,9 +97,9 @@ def read_in_segments(
                      [layer[keep_from - start : keep_to - start] for layer in layers])
         return torch.stack([state for state, _ in states]), torch.stack([memory for _, memory in states])
 
-    # Side by side on the CPU, as `ElmoLstm` runs its directions (the sink is then called
+    # Side by side where `ElmoLstm` runs a sentence's directions so (the sink is then called
     # from two threads, each with its own half of every layer).
-    if lstm.parallel_directions and threads.can_run_side_by_side(reference.device, False, False):
+    if lstm.directions_side_by_side(1, reference):
         forward_final, backward_final = threads.run_side_by_side(lambda: read(FORWARD), lambda: read(BACKWARD))
     else:
         forward_final, backward_final = read(FORWARD), read(BACKWARD)

@@ -1,12 +1,13 @@
+import json
 import multiprocessing
 
 import pytest
 import torch
 
-from elmo_plugin.kernels import threads
+from elmo_plugin.kernels import choice, threads
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
-from elmo_plugin.modules.elmo_lstm import ElmoLstm
+from elmo_plugin.modules.elmo_lstm import MOST_ROWS_MEASURED, ElmoLstm
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.weights.formats import read_bilm, read_bilm_weights
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
@@ -151,6 +152,56 @@ def test_directions_run_serially_where_threads_would_change_training(two_threads
     assert with_dropout.eval()._directions_in_parallel(inputs, inputs)
     torch.set_num_threads(1)
     assert not frozen._directions_in_parallel(inputs, inputs)
+
+
+def test_at_few_rows_the_directions_run_the_way_measured_faster_here_with_the_same_results(
+    measuring, monkeypatch, two_threads
+):
+    lstm, inputs, mask, _ = _lstm_and_inputs()  # 3 rows
+    timed = []
+
+    def one_after_the_other_wins(ways):
+        timed.append(sorted(ways))
+        for run in ways.values():  # both ways run for real
+            run()
+        return {threads.SIDE_BY_SIDE: 2.0, threads.ONE_AFTER_THE_OTHER: 1.0}
+
+    monkeypatch.setattr(choice, "timed_in_turns", one_after_the_other_wins)
+    side_by_side_calls = []
+    run_side_by_side = threads.run_side_by_side
+    monkeypatch.setattr(
+        threads, "run_side_by_side", lambda *arguments: side_by_side_calls.append(1) or run_side_by_side(*arguments)
+    )
+    with torch.no_grad():
+        measured = lstm(inputs, mask)  # timed here, on inputs of its own
+        measured_state = lstm._states
+        lstm.reset_states()
+        decided = lstm(inputs, mask)
+    assert timed == [[threads.ONE_AFTER_THE_OTHER, threads.SIDE_BY_SIDE]]
+    assert side_by_side_calls == [1]  # the timing's run only
+    assert torch.equal(measured, decided)  # the timing left the carried state alone
+    assert all(torch.equal(a, b) for a, b in zip(measured_state, lstm._states))
+    lstm.parallel_directions = True
+    lstm.reset_states()
+    with torch.no_grad():
+        forced = lstm(inputs, mask)
+    assert side_by_side_calls == [1, 1]
+    # Up to rounding: one after the other, each product runs on both threads (see ElmoLstm).
+    torch.testing.assert_close(forced, decided, atol=1e-12, rtol=0)
+    # Each row class, precision, dtype, shape and thread count is a decision of its own.
+    lstm.parallel_directions = None
+    assert not lstm.directions_side_by_side(1, inputs) and len(timed) == 2
+    assert lstm.directions_side_by_side(MOST_ROWS_MEASURED + 1, inputs) and len(timed) == 2
+    assert sorted(json.loads(measuring.read_text())[choice.cpu_identity()]) == [
+        f"lstm directions float32 float64 6x7x4x2 rows<={rows} threads 2 from one after the other/side by side"
+        for rows in (1, 8)
+    ]
+    # Settings that time nothing: an explicit choice, or the fixed kernel table.
+    lstm.parallel_directions = False
+    assert not lstm.directions_side_by_side(5, inputs.float())
+    lstm.parallel_directions = None
+    choice.set_mode(choice.FIXED)
+    assert lstm.directions_side_by_side(5, inputs.float()) and len(timed) == 2
 
 
 def test_an_error_in_the_backward_thread_reaches_the_caller_and_threads_are_restored(
