@@ -54,8 +54,9 @@ CACHE_PATH = CACHE_ROOT / "elmo_plugin" / "kernel_choice.json"
 ACCURACY_FACTOR = 2.0
 # The rows a measurement uses at most (the char CNN's products have tens of thousands).
 _MEASURED_ROWS = 2048
+# Turns of each candidate product, and of each way of running a piece of work (`fastest`),
+# which runs the whole piece every turn.
 _TIMED_REPEATS = 5
-# Turns of each way of running a piece of work (`fastest`): each turn runs the whole piece.
 _TIMED_TURNS = 3
 
 _mode: Optional[str] = None
@@ -191,7 +192,7 @@ def fastest(name: str, candidates: Dict[str, Callable[[], Any]]) -> str:
     if decided in candidates:
         logger.info("Way to run %s: %s (decided before on this CPU, %s)", name, decided, CACHE_PATH)
     else:
-        seconds = timed_in_turns(candidates)
+        seconds = timed_in_turns(candidates, _TIMED_TURNS)
         decided = min(seconds, key=lambda label: seconds[label])
         logger.info("Way to run %s: %s, measured on this CPU (%s)", name, decided,
                     ", ".join(f"{label} {seconds[label] * 1e3:.1f} ms" for label in candidates))
@@ -217,13 +218,13 @@ def _remember(identity: str, name: str, decided: str, candidates: Dict[str, Any]
     return decided
 
 
-def timed_in_turns(candidates: Dict[str, Callable[[], Any]]) -> Dict[str, float]:
-    """The least of `_TIMED_TURNS` timings of each candidate, run in turns after one run of each
-    to warm up, so that the machine's drift reaches them alike."""
+def timed_in_turns(candidates: Dict[str, Callable[[], Any]], turns: int) -> Dict[str, float]:
+    """The least of `turns` timings of each candidate, run in turns after one run of each to
+    warm up, so that the machine's drift reaches them alike."""
     for run in candidates.values():
         run()
     best = {label: float("inf") for label in candidates}
-    for _ in range(_TIMED_TURNS):
+    for _ in range(turns):
         for label, run in candidates.items():
             start = time.perf_counter()
             run()
@@ -276,7 +277,8 @@ def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, we
     # sum) does not make every other order of adding ineligible.
     bound = ACCURACY_FACTOR * errors["mkl"] + 4 * torch.finfo(torch.float32).eps * exact.abs().max().item()
     eligible = [label for label in candidates if label == "mkl" or errors[label] <= bound]
-    seconds = {label: timed(candidates[label], sample) for label in eligible}
+    seconds = timed_in_turns({label: functools.partial(candidates[label], sample) for label in eligible},
+                             _TIMED_REPEATS)
     decided = min(eligible, key=lambda label: seconds[label])
     logger.info(
         "Kernel for %s: %s, measured on this CPU (%s; largest errors against float64: %s)", name, decided,
@@ -284,14 +286,3 @@ def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, we
         ", ".join(f"{label} {error:.1e}" for label, error in errors.items()),
     )
     return decided
-
-
-def timed(product: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tensor) -> float:
-    """The least of a few timings of `product(inputs)`, after one to warm up."""
-    product(inputs)
-    best = float("inf")
-    for _ in range(_TIMED_REPEATS):
-        start = time.perf_counter()
-        product(inputs)
-        best = min(best, time.perf_counter() - start)
-    return best

@@ -20,21 +20,14 @@ needs_both = pytest.mark.skipif(not (onednn.available() and mkl_packed.available
 
 
 def winning(monkeypatch, winner):
-    """Timings in which `winner` is fastest; returns the list of products timed."""
-    timed, labels = [], {}  # labels: every candidate seen (both directions ask side by side)
+    """Timings in which `winner` is fastest; returns the candidates' names as they are timed."""
+    timed = []
 
-    def fake_timed(product, inputs):
-        timed.append(product)
-        return 0.0 if labels.get(id(product)) == winner else 1.0
+    def fake_timed_in_turns(candidates, turns):
+        timed.extend(candidates)
+        return {label: 0.0 if label == winner else 1.0 for label in candidates}
 
-    real_chosen = choice.chosen
-
-    def chosen(key, candidates, inputs, weight, bias):
-        labels.update({id(product): label for label, product in candidates.items()})
-        return real_chosen(key, candidates, inputs, weight, bias)
-
-    monkeypatch.setattr(choice, "timed", fake_timed)
-    monkeypatch.setattr(choice, "chosen", chosen)
+    monkeypatch.setattr(choice, "timed_in_turns", fake_timed_in_turns)
     return timed
 
 
@@ -75,7 +68,7 @@ def test_a_candidate_less_accurate_than_the_rule_allows_is_never_chosen(measurin
     def exact(inputs):
         return torch.nn.functional.linear(inputs, weight, bias)
 
-    monkeypatch.setattr(choice, "timed", lambda product, inputs: 0.0 if product is sloppy else 1.0)
+    winning(monkeypatch, "onednn")
     candidates = {"mkl": exact, "onednn": sloppy}
     assert choice.chosen(("highway", (64, 256), "64"), candidates, torch.randn(30, 256), weight, bias) == "mkl"
 
@@ -132,16 +125,17 @@ def test_ways_of_running_work_are_timed_in_turns_and_the_least_time_of_each_coun
         readings += [readings[-1], readings[-1] + seconds]
     clock = iter(readings[1:])
     monkeypatch.setattr(choice.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(choice, "_TIMED_TURNS", 3)
     runs = []
-    seconds = choice.timed_in_turns({"a": lambda: runs.append("a"), "b": lambda: runs.append("b")})
+    seconds = choice.timed_in_turns({"a": lambda: runs.append("a"), "b": lambda: runs.append("b")}, turns=3)
     assert runs == ["a", "b"] * 4  # one warm-up run of each, then the turns
     assert seconds == {"a": 1.0, "b": 2.0}
 
 
 def test_the_fastest_way_is_used_cached_for_the_machine_and_logged_once(measuring, monkeypatch, caplog):
     timings = []
-    monkeypatch.setattr(choice, "timed_in_turns", lambda ways: timings.append(sorted(ways)) or {"slow": 2.0, "quick": 1.0})
+    monkeypatch.setattr(
+        choice, "timed_in_turns", lambda ways, turns: timings.append(sorted(ways)) or {"slow": 2.0, "quick": 1.0}
+    )
     ways = {"slow": lambda: None, "quick": lambda: None}
     with caplog.at_level(logging.INFO, logger=choice.__name__):
         assert choice.fastest("some work rows<=1", ways) == "quick"
@@ -162,7 +156,7 @@ def test_the_fastest_way_is_used_cached_for_the_machine_and_logged_once(measurin
 def test_the_first_process_to_write_a_way_decides_for_all(measuring, monkeypatch):
     name = "some work rows<=1 from quick/slow"
 
-    def timed_while_another_process_decides(ways):
+    def timed_while_another_process_decides(ways, turns):
         measuring.write_text(json.dumps({choice.cpu_identity(): {name: "slow"}}))
         return {"slow": 2.0, "quick": 1.0}
 

@@ -160,7 +160,7 @@ def test_at_few_rows_the_directions_run_the_way_measured_faster_here_with_the_sa
     lstm, inputs, mask, _ = _lstm_and_inputs()  # 3 rows
     timed = []
 
-    def one_after_the_other_wins(ways):
+    def one_after_the_other_wins(ways, turns):
         timed.append(sorted(ways))
         for run in ways.values():  # both ways run for real
             run()
