@@ -54,10 +54,10 @@ CACHE_PATH = CACHE_ROOT / "elmo_plugin" / "kernel_choice.json"
 ACCURACY_FACTOR = 2.0
 # The rows a measurement uses at most (the char CNN's products have tens of thousands).
 _MEASURED_ROWS = 2048
-# Turns of each candidate product, and of each way of running a piece of work (`fastest`),
-# which runs the whole piece every turn.
-_TIMED_REPEATS = 5
-_TIMED_TURNS = 3
+# Timed turns of each candidate product, and of each way of running a piece of work
+# (`fastest`, which runs the whole piece every turn).
+_PRODUCT_TURNS = 5
+_WAY_TURNS = 3
 
 _mode: Optional[str] = None
 _decisions: Dict[str, str] = {}
@@ -192,7 +192,7 @@ def fastest(name: str, candidates: Dict[str, Callable[[], Any]]) -> str:
     if decided in candidates:
         logger.info("Way to run %s: %s (decided before on this CPU, %s)", name, decided, CACHE_PATH)
     else:
-        seconds = timed_in_turns(candidates, _TIMED_TURNS)
+        seconds = timed_in_turns(candidates, _WAY_TURNS)
         decided = min(seconds, key=lambda label: seconds[label])
         logger.info("Way to run %s: %s, measured on this CPU (%s)", name, decided,
                     ", ".join(f"{label} {seconds[label] * 1e3:.1f} ms" for label in candidates))
@@ -278,7 +278,7 @@ def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, we
     bound = ACCURACY_FACTOR * errors["mkl"] + 4 * torch.finfo(torch.float32).eps * exact.abs().max().item()
     eligible = [label for label in candidates if label == "mkl" or errors[label] <= bound]
     seconds = timed_in_turns({label: functools.partial(candidates[label], sample) for label in eligible},
-                             _TIMED_REPEATS)
+                             _PRODUCT_TURNS)
     decided = min(eligible, key=lambda label: seconds[label])
     logger.info(
         "Kernel for %s: %s, measured on this CPU (%s; largest errors against float64: %s)", name, decided,
