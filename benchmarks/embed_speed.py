@@ -19,7 +19,8 @@ passes from the same weights: tokens/s, ratios to AllenNLP and to our float32, a
 fidelity (per biLM layer, the mean cosine of each token's vector to our float32 vector; the
 smallest of those means is printed). `--serial-directions` adds ours with the two directions
 run one after the other (`ElmoLstm.parallel_directions = False`), to measure what running them
-side by side gains.
+side by side gains. `--without-cuda-graphs` adds ours on a GPU with `ElmoLstm.cuda_graphs` off
+(every LSTM step launched from Python, as before the graphs), to measure what they gain.
 
 On a GPU (`--device cuda`) the same comparison runs there: float32 with TF32 turned off for
 both (cuDNN's convolutions would otherwise use it), bfloat16 as the opt-in precision (int8 is
@@ -149,6 +150,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, or cuda[:N]")
     parser.add_argument("--serial-directions", action="store_true",
                         help="also time ours with ElmoLstm.parallel_directions off")
+    parser.add_argument("--without-cuda-graphs", action="store_true",
+                        help="also time ours on the GPU with ElmoLstm.cuda_graphs off")
     parser.add_argument("--sentences-file", type=Path,
                         default=SHARED / "data" / "lm_eval" / "wikitext2.valid.txt")
     args = parser.parse_args()
@@ -177,6 +180,9 @@ def main() -> None:
         if args.serial_directions:
             models["ours serial directions"] = ElmoBiLm(options_file, weight_file).eval().to(device)
             models["ours serial directions"].lstm.parallel_directions = False
+        if args.without_cuda_graphs:
+            models["ours without cuda graphs"] = ElmoBiLm(options_file, weight_file).eval().to(device)
+            models["ours without cuda graphs"].lstm.cuda_graphs = False
     flops = flops_per_position(options)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} threads"
     memory = "peak GPU MB over models" if device.type == "cuda" else "peak RSS MB"

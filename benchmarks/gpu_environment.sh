@@ -21,7 +21,9 @@ OUT=.whl
 BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
 
-# Pinned as in requirements.txt; what the GPU image already has is left out.
+# The run-time set (shipped in the wheel) and the test oracles' pins.
+PINS="elmo_plugin/requirements.txt requirements.txt"
+# Pinned as there; what the GPU image already has is left out.
 PACKAGES="allennlp base58 blis boto3 botocore cached_path catalogue cloudpathlib confection cymem
   dill google-api-core google-auth google-cloud-core google-cloud-storage google-crc32c
   google-resumable-media googleapis-common-protos proto-plus pyasn1 pyasn1_modules jmespath jsonnet
@@ -36,12 +38,12 @@ WHEEL_ARGUMENTS="--no-deps --only-binary=:all: --python-version $PYTHON_VERSION 
 
 mkdir -p "$BUILD/wheels" "$OUT"
 for package in $PACKAGES; do
-  pin=$(grep -i -E "^${package}==" requirements.txt | cut -d' ' -f1)
-  python3 -m pip download -q $WHEEL_ARGUMENTS -d "$BUILD/wheels" "${pin:?$package is not pinned in requirements.txt}"
+  pin=$(cat $PINS | grep -i -E "^${package}==" | head -1 | cut -d' ' -f1)
+  python3 -m pip download -q $WHEEL_ARGUMENTS -d "$BUILD/wheels" "${pin:?$package is not pinned in $PINS}"
 done
 # fairscale is published as source only; it builds into a pure-Python wheel.
 python3 -m pip wheel -q --no-deps --no-build-isolation -w "$BUILD/wheels" \
-  "$(grep -E '^fairscale==' requirements.txt | cut -d' ' -f1)"
+  "$(cat $PINS | grep -E '^fairscale==' | cut -d' ' -f1)"
 
 # Unpacked rather than installed there: pip --target would skip the second package that
 # shares the `google` namespace, so every wheel is unzipped over the same tree.

@@ -3,7 +3,7 @@ Where the time of one embedding batch goes: `torch.profiler` over our `ElmoBiLm`
 AllenNLP's `_ElmoBiLm` on the same random weights of the original architecture.
 
     python benchmarks/profile_embed.py [--device cuda] [--batch-size 64] [--rows 12]
-        [--precision bfloat16] [--serial-directions]
+        [--precision bfloat16] [--serial-directions] [--without-cuda-graphs]
 
 Printed per implementation: milliseconds per batch (median of 5, timed before any profiling),
 the number of operator calls and, on a GPU, of kernel launches, the share of the wall time the
@@ -52,6 +52,8 @@ def main() -> None:
     parser.add_argument("--precision", default="float32", help="ours: float32, bfloat16 or int8")
     parser.add_argument("--serial-directions", action="store_true",
                         help="ours: both directions in the calling thread, so that the profile shows both")
+    parser.add_argument("--without-cuda-graphs", action="store_true",
+                        help="ours: every LSTM step launched from Python (ElmoLstm.cuda_graphs off)")
     parser.add_argument("--sentences-file", type=Path,
                         default=SHARED / "data" / "lm_eval" / "wikitext2.valid.txt")
     args = parser.parse_args()
@@ -68,6 +70,7 @@ def main() -> None:
             "ours": ElmoBiLm(options_file, weight_file, precision=args.precision).eval().to(device),
         }
     models["ours"]._elmo_lstm.parallel_directions = not args.serial_directions
+    models["ours"]._elmo_lstm.cuda_graphs = not args.without_cuda_graphs
     data = sentences(args.batch_size, args.sentences_file)
     ids = batch_to_ids(data).to(device)
     tokens = sum(len(sentence) for sentence in data)

@@ -104,3 +104,73 @@ def test_the_bilm_trains_on_the_gpu_and_exports(tmp_path):
     in_file = read_bilm_weights(paths["options"], paths["weights"]).arrays
     assert trained.keys() >= in_file.keys()
     assert all(numpy.array_equal(trained[name], array) for name, array in in_file.items())
+
+
+def _graphed_and_stepped(tmp_path, dtype):
+    options_file, weight_file = write_architecture(tmp_path, ORACLE_ARCHITECTURES["fixture"](), seed=5)
+    graphed = ElmoBiLm(options_file, weight_file).to(CUDA, dtype)
+    stepped = ElmoBiLm(options_file, weight_file).to(CUDA, dtype)
+    stepped.lstm.cuda_graphs = False
+    return graphed, stepped
+
+
+# Batches whose padded shapes repeat (so graphs are replayed, with carried state) and change
+# (rows 1 -> 3 -> 5 -> 20; lengths of one chunk, of several, of chunks of every length).
+_GRAPH_BATCHES = [
+    [["one"]],
+    [["The", "cat", "sat", "."], ["A", "dog"], ["x"] * 40],
+    [["a", "b"], [], ["c"] * 17],
+    [["w"] * (3 * index % 23 + 1) for index in range(5)],
+    [["w"] * (index % 37 + 1) for index in range(20)],
+    [["The", "cat", "sat", "."], ["A", "dog"], ["x"] * 40],
+]
+
+
+def test_cuda_graphs_compute_what_the_step_loop_does_in_float64(tmp_path):
+    graphed, stepped = _graphed_and_stepped(tmp_path, torch.float64)
+    with torch.no_grad():
+        for batch in _GRAPH_BATCHES:
+            ids = batch_to_ids(batch).to(CUDA)
+            expected, actual = stepped(ids), graphed(ids)
+            assert torch.equal(expected["mask"], actual["mask"])
+            for want, got in zip(expected["activations"], actual["activations"]):
+                torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    # One graph per direction, padded row count and chunk length used, replayed after that.
+    assert 0 < len(graphed.lstm.fixed_shapes.graphs) <= 2 * 4 * 5
+
+
+def test_cuda_graphs_follow_new_weights_precision_and_modes(tmp_path):
+    graphed, stepped = _graphed_and_stepped(tmp_path, torch.float32)
+    ids = batch_to_ids(_GRAPH_BATCHES[1]).to(CUDA)
+
+    def assert_same(atol: float = 2e-5) -> None:
+        graphed.reset_states()
+        stepped.reset_states()
+        with torch.no_grad():
+            expected, actual = stepped(ids)["activations"], graphed(ids)["activations"]
+        for want, got in zip(expected, actual):
+            torch.testing.assert_close(got, want, rtol=0, atol=atol)
+
+    with torch.inference_mode():  # buffers made here serve the calls outside it
+        graphed(ids)
+    assert_same()
+    with torch.no_grad():  # weights changed in place: the graphs must read the new values
+        for model in (graphed, stepped):
+            model.lstm.forward_layer_1.state_linearity.weight.mul_(0.5)
+    assert_same()
+    for model in (graphed, stepped):
+        model.set_precision("bfloat16")
+    # bfloat16 rounds each product's input: a last-bit difference between two GEMM algorithms
+    # can move a value by one bfloat16 step.
+    assert_same(atol=3e-2)
+    graphed.lstm.cuda_graphs = False  # the flag, any time
+    assert_same(atol=0)
+    graphed.lstm.cuda_graphs = True
+    graphed.set_precision("float32")
+    stepped.set_precision("float32")
+    assert_same()
+    # Where gradients are recorded, the step loop runs (and its backward pass).
+    trainable = ElmoBiLm(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, requires_grad=True).to(CUDA)
+    before = len(trainable.lstm.fixed_shapes.graphs)
+    trainable(ids)["activations"][-1].sum().backward()
+    assert len(trainable.lstm.fixed_shapes.graphs) == before == 0

@@ -9,6 +9,7 @@ import torch
 
 from elmo_plugin.kernels import choice, threads
 from elmo_plugin.kernels.products import Kernels
+from elmo_plugin.modules.fixed_shape_lstm import FixedShapeLstm
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
 from elmo_plugin.modules.start_state import BatchStartState, LstmState
 from elmo_plugin.weights import layout
@@ -73,6 +74,12 @@ class ElmoLstm(torch.nn.Module):
         attribute, settable any time.
     kernels : `Kernels`, optional
         Computes the cells' products (`ElmoBiLm` shares its own).
+    cuda_graphs : `bool`, optional (default = `True`)
+        On a GPU, where no autograd graph is recorded and nothing random happens: run the
+        directions in padded, fixed-shape chunks, each replayed as a CUDA graph
+        (`fixed_shape_lstm`), instead of launching every step's kernels from Python. The same
+        values up to the products' rounding; a little GPU memory per padded batch shape. Also
+        an attribute, settable any time.
     """
 
     def __init__(
@@ -89,9 +96,11 @@ class ElmoLstm(torch.nn.Module):
         input_dropout_probability: float = 0.0,
         parallel_directions: Optional[bool] = None,
         kernels: Optional[Kernels] = None,
+        cuda_graphs: bool = True,
     ) -> None:
         super().__init__()
         self.parallel_directions = parallel_directions
+        self.cuda_graphs = cuda_graphs
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.cell_size = cell_size
@@ -121,6 +130,9 @@ class ElmoLstm(torch.nn.Module):
             layer_input_size = hidden_size
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
+        self.fixed_shapes = FixedShapeLstm(
+            (self.forward_layers, self.backward_layers), self.kernels, use_skip_connections
+        )
 
     def zero_state(self, batch_size: int, reference: torch.Tensor) -> LstmState:
         """An all-zero state of the shape `forward` takes, on `reference`'s device and dtype."""
@@ -219,7 +231,16 @@ class ElmoLstm(torch.nn.Module):
             backward_inputs, backward_mask = inputs, mask
         elif backward_mask is None:
             backward_mask = mask
-        side_by_side = self._directions_in_parallel(inputs, backward_inputs)
+        records_graph, draws_random_numbers = self._recorded_and_random(inputs, backward_inputs)
+        if (
+            self.cuda_graphs
+            and inputs.is_cuda
+            and not records_graph
+            and not draws_random_numbers
+            and not torch.is_autocast_enabled("cuda")
+        ):
+            return self.fixed_shapes.run(inputs, mask, initial_state, backward_inputs, backward_mask, captured=True)
+        side_by_side = self.directions_side_by_side(inputs.size(0), inputs, records_graph, draws_random_numbers)
         return self._run_directions(inputs, mask, initial_state, backward_inputs, backward_mask, side_by_side)
 
     def _run_directions(
@@ -284,7 +305,8 @@ class ElmoLstm(torch.nn.Module):
             inputs = output
         return layer_outputs, final_states, final_memories
 
-    def _directions_in_parallel(self, inputs: torch.Tensor, backward_inputs: torch.Tensor) -> bool:
+    def _recorded_and_random(self, inputs: torch.Tensor, backward_inputs: torch.Tensor) -> Tuple[bool, bool]:
+        """Whether autograd records a call on these inputs, and whether it draws dropout masks."""
         records_graph = torch.is_grad_enabled() and (
             inputs.requires_grad
             or backward_inputs.requires_grad
@@ -294,7 +316,7 @@ class ElmoLstm(torch.nn.Module):
             self._input_dropout.p > 0.0
             or any(cell.recurrent_dropout_probability > 0.0 for cell in self.forward_layers)
         )
-        return self.directions_side_by_side(inputs.size(0), inputs, records_graph, draws_random_numbers)
+        return records_graph, draws_random_numbers
 
     def directions_side_by_side(
         self, rows: int, reference: torch.Tensor, records_graph: bool = False, draws_random_numbers: bool = False

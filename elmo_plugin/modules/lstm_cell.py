@@ -2,7 +2,7 @@
 One direction of one layer of ELMo's LSTM: a cell whose output is a projection of its memory,
 with cell and projection clipping (AllenNLP's `LstmCellWithProjection`, computed as below).
 """
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy
 import torch
@@ -16,6 +16,18 @@ from elmo_plugin.modules.recorded_recurrence import RecordedRecurrence, Recorded
 from elmo_plugin.modules.start_state import LstmState
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.parameter_mapping import Arrays, TfForgetBias, parameter_array
+
+
+class Step(NamedTuple):
+    """One step's values (`LstmCellWithProjection.step`), for some rows."""
+
+    gates: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # i, f, tanh g, o
+    unclipped_memory: torch.Tensor  # (rows, cell)
+    memory: torch.Tensor  # clipped
+    squashed_memory: torch.Tensor  # tanh(c)
+    output_memory: torch.Tensor  # o * tanh(c), the projection's input
+    unclipped_state: torch.Tensor  # (rows, hidden)
+    state: torch.Tensor  # clipped, before dropout
 
 
 class LstmCellWithProjection(torch.nn.Module):
@@ -208,7 +220,6 @@ class LstmCellWithProjection(torch.nn.Module):
         state and memory, all in the sorted row order.
         """
         batch_size, timesteps = state.size(0), len(active_rows_at)
-        cell_size, tanh = self.cell_size, self.kernels.tanh
         outputs: List[torch.Tensor] = [state.new_empty(0)] * timesteps
         steps_projected_inputs = projected_inputs.split(active_rows_at)
         for index in range(timesteps) if self.go_forward else reversed(range(timesteps)):
@@ -216,40 +227,20 @@ class LstmCellWithProjection(torch.nn.Module):
             if active_rows == 0:
                 outputs[index] = state.new_zeros(batch_size, self.hidden_size)
                 continue
-            # (active_rows, 4 * cell)
-            gates = steps_projected_inputs[index] + state_product(state[:active_rows])
-            # One sigmoid over all four blocks (the memory block's is not used) costs less than
-            # three over a block each: at a step's few rows the cost is mostly per operation.
-            input_gate, forget_gate, _, output_gate = torch.sigmoid(gates).split(cell_size, dim=1)
-            memory_init = tanh(gates[:, 2 * cell_size : 3 * cell_size])
-            # (active_rows, cell)
-            unclipped_memory = input_gate * memory_init + forget_gate * memory[:active_rows]
-            new_memory = unclipped_memory
-            if self.memory_cell_clip_value:
-                new_memory = torch.clamp(
-                    new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value
-                )
-            squashed_memory = tanh(new_memory)
-            output_memory = output_gate * squashed_memory
-            # (active_rows, hidden)
-            unclipped_state = state_projection(output_memory)
-            clipped_state = unclipped_state
-            if self.state_projection_clip_value:
-                clipped_state = torch.clamp(
-                    unclipped_state, -self.state_projection_clip_value, self.state_projection_clip_value
-                )
+            step = self.step(steps_projected_inputs[index], state[:active_rows], memory[:active_rows], state_product, state_projection)
+            new_memory, clipped_state = step.memory, step.state
             new_state = clipped_state
             if dropout_mask is not None:
                 new_state = clipped_state * dropout_mask[:active_rows]
             if record is not None:
                 record.steps[index] = StepValues(
-                    (input_gate, forget_gate, memory_init, output_gate),
+                    step.gates,
                     memory[:active_rows],
                     state[:active_rows],
-                    squashed_memory,
-                    output_memory,
-                    self._within_clip(unclipped_memory, new_memory, self.memory_cell_clip_value),
-                    self._within_clip(unclipped_state, clipped_state, self.state_projection_clip_value),
+                    step.squashed_memory,
+                    step.output_memory,
+                    self._within_clip(step.unclipped_memory, new_memory, self.memory_cell_clip_value),
+                    self._within_clip(step.unclipped_state, clipped_state, self.state_projection_clip_value),
                 )
             if active_rows == batch_size:
                 memory, state, outputs[index] = new_memory, new_state, new_state
@@ -260,6 +251,93 @@ class LstmCellWithProjection(torch.nn.Module):
                 [new_state, new_state.new_zeros(batch_size - active_rows, self.hidden_size)], dim=0
             )
         # (batch_size, timesteps, hidden)
+        return torch.stack(outputs, dim=1), state, memory
+
+    def step(
+        self,
+        projected_input: torch.Tensor,
+        state: torch.Tensor,
+        memory: torch.Tensor,
+        state_product: Product,
+        state_projection: Product,
+    ) -> "Step":
+        """
+        One step for some rows: `projected_input` `(rows, 4 * cell)` (the input product),
+        `state` `(rows, hidden)` and `memory` `(rows, cell)` before it; the new state is
+        clipped but not dropped out.
+        """
+        cell_size, tanh = self.cell_size, self.kernels.tanh
+        # (rows, 4 * cell)
+        gates = projected_input + state_product(state)
+        # One sigmoid over all four blocks (the memory block's is not used) costs less than
+        # three over a block each: at a step's few rows the cost is mostly per operation.
+        input_gate, forget_gate, _, output_gate = torch.sigmoid(gates).split(cell_size, dim=1)
+        memory_init = tanh(gates[:, 2 * cell_size : 3 * cell_size])
+        # (rows, cell)
+        unclipped_memory = input_gate * memory_init + forget_gate * memory
+        new_memory = unclipped_memory
+        if self.memory_cell_clip_value:
+            new_memory = torch.clamp(new_memory, -self.memory_cell_clip_value, self.memory_cell_clip_value)
+        squashed_memory = tanh(new_memory)
+        output_memory = output_gate * squashed_memory
+        # (rows, hidden)
+        unclipped_state = state_projection(output_memory)
+        new_state = unclipped_state
+        if self.state_projection_clip_value:
+            new_state = torch.clamp(
+                unclipped_state, -self.state_projection_clip_value, self.state_projection_clip_value
+            )
+        return Step(
+            (input_gate, forget_gate, memory_init, output_gate),
+            unclipped_memory,
+            new_memory,
+            squashed_memory,
+            output_memory,
+            unclipped_state,
+            new_state,
+        )
+
+    def masked_steps(
+        self,
+        projected_inputs: torch.Tensor,
+        mask: torch.BoolTensor,
+        state: torch.Tensor,
+        memory: torch.Tensor,
+        state_product: Product,
+        state_projection: Product,
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        The recurrence in fixed shapes (inference, no dropout): every step computes every row,
+        and a row keeps its state where it has no token. The same values as `recurrence` (the
+        same operations per row), in work whose shapes depend only on the batch's shape, so
+        that it can be captured once and replayed (`elmo_plugin.kernels.cuda_graphs`).
+
+        # Parameters
+
+        projected_inputs : `torch.Tensor`
+            `(rows, steps, 4 * cell)`, the input products.
+        mask : `torch.BoolTensor`
+            `(rows, steps)`, True where a row has a token (any pattern).
+        state, memory : `torch.Tensor`
+            `(rows, hidden)` and `(rows, cell)` before the first step (the last one backward).
+
+        # Returns
+
+        The outputs `(rows, steps, hidden)`, zero where a row has no token, and the state and
+        memory after the steps.
+        """
+        steps = mask.size(1)
+        outputs: List[torch.Tensor] = [state] * steps
+        no_output = state.new_zeros(())
+        for index in range(steps) if self.go_forward else reversed(range(steps)):
+            step = self.step(projected_inputs[:, index], state, memory, state_product, state_projection)
+            # (rows, 1): `where`, not a product with the mask, so that what a padded row
+            # computes (from whatever its inputs hold) never reaches a result.
+            has_token = mask[:, index : index + 1]
+            memory = torch.where(has_token, step.memory, memory)
+            state = torch.where(has_token, step.state, state)
+            outputs[index] = torch.where(has_token, step.state, no_output)
+        # (rows, steps, hidden)
         return torch.stack(outputs, dim=1), state, memory
 
     @staticmethod

@@ -138,20 +138,24 @@ def test_directions_in_parallel_threads_compute_what_the_serial_loop_does(monkey
     assert parallel_outputs.abs().sum() > 0
 
 
+def _in_parallel(lstm: ElmoLstm, inputs: torch.Tensor) -> bool:
+    return lstm.directions_side_by_side(inputs.size(0), inputs, *lstm._recorded_and_random(inputs, inputs))
+
+
 def test_directions_run_serially_where_threads_would_change_training(two_threads):
     lstm, inputs, mask, state = _lstm_and_inputs(requires_grad=True)
-    assert not lstm._directions_in_parallel(inputs, inputs)  # trainable: a graph is recorded
+    assert not _in_parallel(lstm, inputs)  # trainable: a graph is recorded
     with torch.no_grad():
-        assert lstm._directions_in_parallel(inputs, inputs)
+        assert _in_parallel(lstm, inputs)
     frozen, *_ = _lstm_and_inputs()
-    assert frozen._directions_in_parallel(inputs, inputs)  # frozen biLM in a task model
+    assert _in_parallel(frozen, inputs)  # frozen biLM in a task model
     trainable_inputs = inputs.clone().requires_grad_()
-    assert not frozen._directions_in_parallel(trainable_inputs, trainable_inputs)
+    assert not _in_parallel(frozen, trainable_inputs)
     with_dropout = ElmoLstm(6, 4, 7, num_layers=2, input_dropout_probability=0.1).double()
-    assert with_dropout.training and not with_dropout._directions_in_parallel(inputs, inputs)
-    assert with_dropout.eval()._directions_in_parallel(inputs, inputs)
+    assert with_dropout.training and not _in_parallel(with_dropout, inputs)
+    assert _in_parallel(with_dropout.eval(), inputs)
     torch.set_num_threads(1)
-    assert not frozen._directions_in_parallel(inputs, inputs)
+    assert not _in_parallel(frozen, inputs)
 
 
 def test_at_few_rows_the_directions_run_the_way_measured_faster_here_with_the_same_results(
