@@ -68,4 +68,5 @@ rm -rf "$OUT/shared"
 mkdir -p "$OUT/shared/data/lm_eval"
 cp -r ../shared/fixtures "$OUT/shared/"
 cp ../shared/data/lm_eval/wikitext2.valid.txt "$OUT/shared/data/lm_eval/"
+cp ../shared/data/brown.zip "$OUT/shared/data/"  # train_bilm.py speed --device cuda
 du -sh "$OUT"

@@ -21,6 +21,7 @@ Training the biLM on this machine: throughput and a real (short) run.
    hundreds of steps, which a `speed` run's few steps do not show.
 
     python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
+    python benchmarks/train_bilm.py speed --device cuda --architecture original --streams 128
     python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
     python benchmarks/train_bilm.py perplexity --steps 150 --seed 0
     python benchmarks/train_bilm.py speed --streams 32 --precision bfloat16
@@ -154,8 +155,10 @@ def make_optimizer(model: ElmoBiLmModel, name: str = "fused_adagrad") -> Optimiz
 
 
 def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None):
-    """bilm-tf's step: loss, backward, global-norm clip at 10, Adagrad. Yields per-step facts."""
+    """bilm-tf's step: loss, backward, global-norm clip at 10, Adagrad. Yields per-step facts
+    (on a GPU each step's time ends when the GPU has finished it)."""
     model.train()
+    device = next(model.parameters()).device
     step = 0
     start = time.perf_counter()
     record = torch.autograd.profiler.record_function
@@ -171,6 +174,8 @@ def train_steps(model, data_loader, optimizer, max_steps=None, max_seconds=None)
         with record("step: clip and optimizer"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
             optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         step += 1
         forward_ids = batch["forward_tokens"]["elmo"]["elmo_tokens"][:, :-1]
         backward_ids = batch["backward_tokens"]["elmo"]["elmo_tokens"][:, 1:]
@@ -202,31 +207,34 @@ def prepare_brown(directory: str, heldout: int = 500) -> Tuple[str, str, BiLmVoc
     return train_path, heldout_path, vocabulary
 
 
-def training_loader(path: str, vocabulary, streams: int, seed: int = 0):
+def training_loader(path: str, vocabulary, streams: int, seed: int = 0, device: str = "cpu"):
     random.seed(seed)  # the reader's shuffling seed: the same windows in every run
     reader = BiLmCorpusReader(window_size=WINDOW_SIZE, num_streams=streams, shuffle=True)
     loader = SimpleDataLoader.from_dataset_reader(reader, path, batch_size=streams)
     loader.index_with(vocabulary)
+    loader.set_target_device(torch.device(device))
     return loader
 
 
 def brown_training(directory: str, streams: int, seed: int = 0, precision: str = "float32",
-                   optimizer_name: str = "fused_adagrad", architecture: str = "small", **limits):
+                   optimizer_name: str = "fused_adagrad", architecture: str = "small", device: str = "cpu",
+                   **limits):
     """
     Brown prepared in `directory` and a fresh model: `(model, vocabulary, steps, train_path,
     heldout_path)`, where `steps` is `train_steps` within `limits`, not yet started (a
     generator: the caller decides what it measures around each step).
     """
     train_path, heldout_path, vocabulary = prepare_brown(directory)
-    model = make_model(vocabulary, seed, precision, architecture)
+    model = make_model(vocabulary, seed, precision, architecture).to(device)
     optimizer = make_optimizer(model, optimizer_name)
-    loader = training_loader(train_path, vocabulary, streams, seed)
+    loader = training_loader(train_path, vocabulary, streams, seed, device)
     return model, vocabulary, train_steps(model, loader, optimizer, **limits), train_path, heldout_path
 
 
 def model_settings(args) -> Dict[str, str]:
     """The command line's model and optimizer, as `brown_training` takes them."""
-    return {"precision": args.precision, "optimizer_name": args.optimizer, "architecture": args.architecture}
+    return {"precision": args.precision, "optimizer_name": args.optimizer, "architecture": args.architecture,
+            "device": args.device}
 
 
 def train_on_brown(directory: str, streams: int, **settings):
@@ -278,6 +286,8 @@ def run_speed(args) -> None:
         run_profile(args)
         return
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as directory:
         model, vocabulary, steps, _, _ = train_on_brown(
             directory, args.streams, **model_settings(args), max_steps=args.steps
@@ -289,6 +299,13 @@ def run_speed(args) -> None:
     positions = sum(s["positions"] for s in measured)
     flops = sum(forward_flops(model.bilm.options, s["distinct_tokens"], s["positions"])
                 for s in measured)
+    if args.device != "cpu":
+        print(f"training throughput: {positions / seconds:.0f} tokens/s")
+        print(f"on {torch.cuda.get_device_name(args.device)}: {len(measured)} steps after {args.warmup}, "
+              f"{seconds / len(measured) * 1e3:.1f} ms/step, {args.streams} streams x {WINDOW_SIZE}, "
+              f"{args.architecture} architecture, training precision {args.precision}, optimizer {args.optimizer}, "
+              f"peak GPU memory {torch.cuda.max_memory_allocated(args.device) / 2**20:.0f} MB")
+        return
     rates = gemm_rate()
     best_rate = max(rates.values())
     print(f"training precision {args.precision}, optimizer {args.optimizer}; {args.architecture} architecture "
@@ -419,6 +436,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
     parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
+    parser.add_argument("--device", default="cpu", help="speed: cpu, or cuda[:N] (float32 with TF32 off)")
     parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURE_OPTIONS),
                         help="the published architecture trained (weights random)")
     parser.add_argument("--optimizer", default="fused_adagrad", choices=["fused_adagrad", "adagrad"],

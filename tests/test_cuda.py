@@ -12,10 +12,13 @@ import numpy
 import pytest
 import torch
 from allennlp.commands.train import train_model_from_file
+from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
+from allennlp.training.optimizers import Optimizer
 
 from elmo_plugin import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_plugin.models.export import export_bilm_model
+from elmo_plugin.training.fused_adagrad import fused_runs_on
 from elmo_plugin.weights.formats import read_bilm_weights
 from tests.helpers import (
     BILM_CONFIGS,
@@ -174,3 +177,16 @@ def test_cuda_graphs_follow_new_weights_precision_and_modes(tmp_path):
     before = len(trainable.lstm.fixed_shapes.graphs)
     trainable(ids)["activations"][-1].sum().backward()
     assert len(trainable.lstm.fixed_shapes.graphs) == before == 0
+
+
+def test_the_configs_optimizer_steps_on_the_gpu():
+    # torch's fused Adagrad runs on a GPU from some version on; where it does not, the default.
+    model = torch.nn.Linear(4, 3).to(CUDA)
+    optimizer = Optimizer.from_params(
+        model_parameters=list(model.named_parameters()), params=Params({"type": "fused_adagrad", "lr": 0.2})
+    )
+    assert all(bool(group["fused"]) == fused_runs_on(CUDA) for group in optimizer.param_groups)
+    before = model.weight.detach().clone()
+    model(torch.ones(2, 4, device=CUDA)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(before, model.weight)

@@ -1,20 +1,35 @@
 """
 AllenNLP's "adagrad" optimizer with torch's fused kernel, the biLM configs' default.
 """
+import functools
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from allennlp.training.optimizers import Optimizer, make_parameter_groups
 
-# The devices torch's fused Adagrad runs on (torch.optim.Adagrad's `fused`).
-FUSED_DEVICE_TYPES = ("cpu", "cuda")
+
+@functools.lru_cache(maxsize=None)
+def fused_runs_on(device: torch.device) -> bool:
+    """
+    Whether this torch's fused Adagrad runs on `device`'s type: it depends on the version (on a
+    GPU, torch 2.11 refuses it at the first step; later versions run it), so it is asked once
+    per device, with one step on a one-element parameter.
+    """
+    parameter = torch.zeros(1, device=device, requires_grad=True)
+    parameter.grad = torch.ones_like(parameter)
+    try:
+        torch.optim.Adagrad([parameter], fused=True).step()
+    except RuntimeError:
+        return False
+    return True
 
 
 @Optimizer.register("fused_adagrad")
 class FusedAdagradOptimizer(Optimizer, torch.optim.Adagrad):
     """
     AllenNLP's `"adagrad"` (the same parameters, the same state in checkpoints) with torch's
-    fused implementation where every parameter is on the CPU or a GPU: one pass over each
+    fused implementation where this torch runs it on every parameter's device (`fused_runs_on`;
+    the CPU and, from torch 2.12 or so, a GPU): one pass over each
     parameter per step, where the default makes four (the squared gradient added, its square
     root, the epsilon added, the update). A biLM has tens of millions of parameters, and on the
     CPU those passes took a tenth of a training step (BENCHMARKS.md). The fused kernel rounds
@@ -50,9 +65,7 @@ class FusedAdagradOptimizer(Optimizer, torch.optim.Adagrad):
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
     ) -> None:
-        fused = all(
-            parameter.device.type in FUSED_DEVICE_TYPES for _, parameter in model_parameters
-        )
+        fused = all(fused_runs_on(parameter.device) for _, parameter in model_parameters)
         super().__init__(
             params=make_parameter_groups(model_parameters, parameter_groups),
             lr=lr,

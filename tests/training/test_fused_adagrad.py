@@ -5,6 +5,7 @@ from allennlp.common import Params
 from allennlp.common.testing import AllenNlpTestCase
 from allennlp.training.optimizers import Optimizer
 
+from elmo_plugin.training import fused_adagrad
 from elmo_plugin.training.fused_adagrad import FusedAdagradOptimizer
 
 SETTINGS = {"lr": 0.2, "initial_accumulator_value": 1.0}
@@ -39,6 +40,14 @@ class TestFusedAdagrad(AllenNlpTestCase):
         optimizer = _optimizer(_model(), "fused_adagrad")
         assert isinstance(optimizer, FusedAdagradOptimizer)
         assert all(group["fused"] for group in optimizer.param_groups)
+
+    def test_where_this_torch_has_no_fused_kernel_for_the_device_the_default_one_runs(self):
+        assert fused_adagrad.fused_runs_on(torch.device("cpu"))
+        refusing = torch.device("meta")  # a device type no fused Adagrad runs on
+        assert not fused_adagrad.fused_runs_on(refusing)
+        model = _model().to(refusing)
+        optimizer = _optimizer(model, "fused_adagrad")
+        assert not any(group["fused"] for group in optimizer.param_groups)
 
     def test_it_trains_as_allennlps_adagrad_does_and_their_checkpoints_are_interchangeable(self):
         fused_model, default_model = _model(), _model()
