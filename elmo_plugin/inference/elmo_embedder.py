@@ -10,7 +10,6 @@ import psutil
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import lazy_groups_of
-from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.common.overwrite_guard import refuse_writing_over_inputs
 from elmo_plugin.inference.batching import rows_within_token_budget
@@ -173,11 +172,13 @@ class ElmoEmbedder:
 
     @staticmethod
     def _without_boundaries(output: Dict) -> Tuple[torch.Tensor, torch.Tensor]:
-        layers = [
-            remove_sentence_boundaries(layer, output["mask"]) for layer in output["activations"]
-        ]
-        activations = torch.stack([layer for layer, _ in layers], dim=1)
-        return activations, layers[0][1]
+        # AllenNLP's `remove_sentence_boundaries`, in two operations on the whole batch rather
+        # than a copy per row and layer (on a GPU each is a launch and its lengths a sync).
+        mask = output["mask"]  # (batch, 2 + timesteps): <S>, the tokens, </S>, padding
+        without = mask[:, 2:]  # (batch, timesteps): as many True per row as it has tokens
+        # (batch, layers, timesteps, dim); a row's </S> and padding become zeros.
+        activations = torch.stack(output["activations"], dim=1)[:, :, 1:-1]
+        return activations.masked_fill(~without[:, None, :, None], 0.0), without
 
     def embed_sentence(self, sentence: List[str]) -> numpy.ndarray:
         """`(num_layers, len(sentence), output_dim)` for one tokenized sentence."""

@@ -14,6 +14,7 @@ names them.
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -179,10 +180,10 @@ def merge_chunks(
     return shards + [output_path]
 
 
-# How h5py's high-level calls create links: UTF-8 names, intermediate groups as needed (a
-# sentence key may hold a '/').
+# Links as h5py's high-level calls create them (intermediate groups as needed; the names' bytes
+# are UTF-8 under HDF5's default ASCII flag, as h5py writes them), so that the output is the
+# same file, byte for byte, as when the merge copied through h5py's objects.
 _LINK_NAMES = h5py.h5p.create(h5py.h5p.LINK_CREATE)
-_LINK_NAMES.set_char_encoding(h5py.h5t.CSET_UTF8)
 _LINK_NAMES.set_create_intermediate_group(True)
 
 
@@ -192,7 +193,7 @@ def _copy_dataset(chunk: h5py.File, name: str, target: h5py.Group, key: str) -> 
     may be gigabytes), the others by HDF5's copy through h5py's low-level calls (a few times
     faster per dataset than its high-level objects, which matters at one dataset per line)."""
     dataset_id = h5py.h5d.open(chunk.id, name.encode("utf-8"))
-    nbytes = int(numpy.prod(dataset_id.shape)) * dataset_id.get_type().get_size()
+    nbytes = math.prod(dataset_id.shape) * dataset_id.get_type().get_size()
     if nbytes <= _COPY_BLOCK_BYTES:
         h5py.h5o.copy(chunk.id, name.encode("utf-8"), target.id, key.encode("utf-8"), lcpl=_LINK_NAMES)
         return nbytes

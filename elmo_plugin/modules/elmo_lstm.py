@@ -26,6 +26,11 @@ DirectionResult = Tuple[List[torch.Tensor], List[torch.Tensor], List[torch.Tenso
 MOST_ROWS_MEASURED = 8
 # The positions the two ways are timed on: a sentence as long as bilm-tf's training windows.
 _TIMED_POSITIONS = 20
+# Up to this many rows, CUDA graphs (`cuda_graphs`) ran a batch faster than launching its
+# steps from Python; at 256 rows the step loop was ahead: the padded rows and the masks cost
+# more than the launches they save (BENCHMARKS.md, "On a GPU"). Beyond it, the step loop also
+# spares a long run of large batches (`allennlp elmo`) the graphs' memory.
+CUDA_GRAPHS_MOST_ROWS = 64
 
 
 class ElmoLstm(torch.nn.Module):
@@ -75,11 +80,11 @@ class ElmoLstm(torch.nn.Module):
     kernels : `Kernels`, optional
         Computes the cells' products (`ElmoBiLm` shares its own).
     cuda_graphs : `bool`, optional (default = `True`)
-        On a GPU, where no autograd graph is recorded and nothing random happens: run the
-        directions in padded, fixed-shape chunks, each replayed as a CUDA graph
-        (`fixed_shape_lstm`), instead of launching every step's kernels from Python. The same
-        values up to the products' rounding; a little GPU memory per padded batch shape. Also
-        an attribute, settable any time.
+        On a GPU, for batches of up to `CUDA_GRAPHS_MOST_ROWS` rows where no autograd graph is
+        recorded and nothing random happens: run the directions in padded, fixed-shape chunks,
+        each replayed as a CUDA graph (`fixed_shape_lstm`), instead of launching every step's
+        kernels from Python. The same values up to the products' rounding; a little GPU memory
+        per padded batch shape. Also an attribute, settable any time.
     """
 
     def __init__(
@@ -235,6 +240,7 @@ class ElmoLstm(torch.nn.Module):
         if (
             self.cuda_graphs
             and inputs.is_cuda
+            and inputs.size(0) <= CUDA_GRAPHS_MOST_ROWS
             and not records_graph
             and not draws_random_numbers
             and not torch.is_autocast_enabled("cuda")
