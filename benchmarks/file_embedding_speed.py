@@ -37,9 +37,11 @@ def random_model(directory: Path, architecture: str) -> Tuple[str, str]:
     return write_random_elmo(directory / architecture, ARCHITECTURE_OPTIONS[architecture], seed=0)
 
 
-def make_input(path: Path, count: int) -> int:
+def make_input(path: Path, count: int, names=("wikitext2.valid.txt", "wikitext2.test.txt")) -> int:
+    """`count` lines of 3-60 tokens from the WikiText-2 files `names`, repeated as needed, into
+    `path`; returns their tokens."""
     lines = []
-    for name in ("wikitext2.valid.txt", "wikitext2.test.txt"):
+    for name in names:
         for line in (SHARED / "data" / "lm_eval" / name).read_text(encoding="utf-8").splitlines():
             tokens = line.split()
             if 3 <= len(tokens) <= 60 and not line.lstrip().startswith("="):

@@ -25,21 +25,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from elmo_plugin import ElmoEmbedder  # noqa: E402
+from file_embedding_speed import make_input  # noqa: E402
 from elmo_plugin.weights.pretrained import ORIGINAL_OPTIONS  # noqa: E402
 from tests.random_weights import write_random_elmo  # noqa: E402
 
-SHARED = REPO.parent / "shared"
-
-
-def write_lines(path: Path, count: int) -> int:
-    lines = []
-    for line in (SHARED / "data" / "lm_eval" / "wikitext2.valid.txt").read_text(encoding="utf-8").splitlines():
-        tokens = line.split()
-        if 3 <= len(tokens) <= 60 and not line.lstrip().startswith("="):
-            lines.append(" ".join(tokens))
-    chosen = [lines[i % len(lines)] for i in range(count)]
-    path.write_text("\n".join(chosen) + "\n", encoding="utf-8")
-    return sum(len(line.split()) for line in chosen)
+# The GPU machine gets only the validation text (`gpu_environment.sh`).
+VALIDATION = ("wikitext2.valid.txt",)
 
 
 def run(embedder: ElmoEmbedder, input_path: Path, output: Path) -> float:
@@ -63,8 +54,8 @@ def main() -> None:
         work_dir = Path(work)
         options, weights = write_random_elmo(work_dir / "original", ORIGINAL_OPTIONS, seed=0)
         text, warm_up = work_dir / "lines.txt", work_dir / "warm_up.txt"
-        tokens = write_lines(text, args.lines)
-        write_lines(warm_up, 2000)
+        tokens = make_input(text, args.lines, VALIDATION)
+        make_input(warm_up, 2000, VALIDATION)
         print(f"original architecture, random weights, float32, {torch.cuda.get_device_name()}; "
               f"{args.lines} lines, {tokens} tokens; deterministic, one mean vector per line")
         print(f"{'token budget':>12} {'cuda graphs':>11} {'tokens/s':>10} {'seconds':>8} {'peak GPU MB':>12} {'graphs':>7}")
