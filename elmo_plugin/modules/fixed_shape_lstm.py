@@ -124,24 +124,12 @@ class FixedShapeLstm:
         """
         if captured:
             self._forget_graphs_of_other_weights(inputs)
-        hidden = self.cells[0][0].hidden_size
-        cell_size = self.cells[0][0].cell_size
-        states, memories = initial_state
-        directions = []
-        for direction, (cells, direction_inputs, direction_mask) in enumerate(
-            ((self.cells[0], inputs, mask), (self.cells[1], backward_inputs, backward_mask))
-        ):
-            halves = (slice(direction * hidden, (direction + 1) * hidden), slice(direction * cell_size, (direction + 1) * cell_size))
-            directions.append(
-                self._direction(
-                    direction,
-                    cells,
-                    direction_inputs,
-                    direction_mask,
-                    (states[..., halves[0]], memories[..., halves[1]]),
-                    captured,
-                )
-            )
+        # The initial state's halves: (layers, batch, hidden) and (layers, batch, cell) each.
+        states, memories = (half.chunk(2, dim=-1) for half in initial_state)
+        directions = [
+            self._direction(0, self.cells[0], inputs, mask, (states[0], memories[0]), captured),
+            self._direction(1, self.cells[1], backward_inputs, backward_mask, (states[1], memories[1]), captured),
+        ]
         (forward, forward_state, forward_memory), (backward, backward_state, backward_memory) = directions
         return torch.cat([forward, backward], -1), (
             torch.cat([forward_state, backward_state], -1),

@@ -227,7 +227,9 @@ class LstmCellWithProjection(torch.nn.Module):
             if active_rows == 0:
                 outputs[index] = state.new_zeros(batch_size, self.hidden_size)
                 continue
-            step = self.step(steps_projected_inputs[index], state[:active_rows], memory[:active_rows], state_product, state_projection)
+            step = self.step(
+                steps_projected_inputs[index], state[:active_rows], memory[:active_rows], state_product, state_projection
+            )
             new_memory, clipped_state = step.memory, step.state
             new_state = clipped_state
             if dropout_mask is not None:
@@ -260,7 +262,7 @@ class LstmCellWithProjection(torch.nn.Module):
         memory: torch.Tensor,
         state_product: Product,
         state_projection: Product,
-    ) -> "Step":
+    ) -> Step:
         """
         One step for some rows: `projected_input` `(rows, 4 * cell)` (the input product),
         `state` `(rows, hidden)` and `memory` `(rows, cell)` before it; the new state is
