@@ -123,7 +123,7 @@ class FixedShapeLstm:
         at padded positions, and the final state `(h, c)`, forward half first.
         """
         if captured:
-            self._forget_graphs_of_other_weights(inputs)
+            self._forget_graphs_of_other_weights()
         # The initial state's halves: (layers, batch, hidden) and (layers, batch, cell) each.
         states, memories = (half.chunk(2, dim=-1) for half in initial_state)
         directions = [
@@ -216,9 +216,10 @@ class FixedShapeLstm:
             )
         return self._buffers[key]
 
-    def _forget_graphs_of_other_weights(self, reference: torch.Tensor) -> None:
+    def _forget_graphs_of_other_weights(self) -> None:
         # A graph reads the weights (and the precision's copies of them) where they were at its
-        # capture: new weights, moved or converted ones, or another precision need new graphs.
+        # capture: new weights, moved or converted ones, or another precision need new graphs,
+        # and the buffers go with them (a graph writes the buffers it was captured with).
         weights_key = (
             self.kernels.precision,
             tuple(

@@ -8,6 +8,7 @@ import copy as copy_module
 import pytest
 import torch
 
+from elmo_plugin.kernels import cuda_graphs
 from elmo_plugin.modules.elmo_lstm import ElmoLstm
 from elmo_plugin.modules.fixed_shape_lstm import CHUNK_LENGTHS, chunk_lengths, padded_rows
 
@@ -88,3 +89,49 @@ def test_buffers_made_in_inference_mode_serve_calls_outside_it_and_copies_start_
     assert not copy.fixed_shapes._buffers and copy.fixed_shapes.cells[0][0] is copy.forward_layer_0
     with torch.no_grad():
         assert torch.equal(copy.fixed_shapes.run(inputs, mask, state, inputs, mask, captured=False)[0], first)
+
+
+class _ReplayedOnTheCpu:
+    """Stands in for a captured CUDA graph: replaying runs the captured work again, into the
+    results the capture returned (as a graph writes its static outputs)."""
+
+    def __init__(self, work, results):
+        self.work, self.results = work, results
+
+    def replay(self):
+        self.results.copy_(self.work())
+
+
+def test_the_captured_path_replays_one_graph_per_shape_and_recaptures_after_new_weights(monkeypatch):
+    captures = []
+
+    def capture(cache, work, mutated):
+        saved = [tensor.clone() for tensor in mutated]
+        results = work()  # what a capture records; the buffers are put back as the cache does
+        for tensor, value in zip(mutated, saved):
+            tensor.copy_(value)
+        captures.append(work)
+        return _ReplayedOnTheCpu(work, results), results, work
+
+    monkeypatch.setattr(cuda_graphs.GraphCache, "_capture", capture)
+    lstm = _stack(clip=True, skip=True)
+    shapes = [[3, 20, 7], [20, 19, 3], [35, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
+    for lengths in shapes + shapes[:1]:
+        rows, timesteps = len(lengths), max(lengths)
+        inputs = torch.randn(rows, timesteps, 6, dtype=torch.float64)
+        mask = torch.arange(timesteps).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        state = lstm.zero_state(rows, inputs)
+        with torch.no_grad():
+            expected, _ = lstm.forward_with_state(inputs, mask, state)
+            actual, _ = lstm.fixed_shapes.run(inputs, mask, state, inputs, mask, captured=True)
+        assert torch.allclose(actual, expected, atol=1e-12, rtol=0)
+    # Per direction: 4 padded rows in chunks of 16 and 4 (both 20-position batches), 12 padded
+    # rows in chunks of 16, 2 and 1 (35 positions); the repeated batch captures nothing new.
+    assert len(lstm.fixed_shapes.graphs) == len(captures) == 2 * (2 + 3)
+    with torch.no_grad():
+        lstm.forward_layer_0.state_linearity.weight.mul_(0.9)
+        actual, _ = lstm.fixed_shapes.run(inputs, mask, state, inputs, mask, captured=True)
+        expected, _ = lstm.forward_with_state(inputs, mask, state)
+    assert torch.allclose(actual, expected, atol=1e-12, rtol=0)
+    # The old graphs dropped; the last batch's (4 rows, 16 + 4 positions) captured again.
+    assert len(lstm.fixed_shapes.graphs) == 2 * 2
