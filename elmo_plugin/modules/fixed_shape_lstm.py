@@ -16,6 +16,7 @@ from typing import Any, Dict, Hashable, List, Optional, Tuple
 import torch
 
 from elmo_plugin.kernels.cuda_graphs import GraphCache
+from elmo_plugin.kernels.onednn import Product
 from elmo_plugin.kernels.products import Kernels
 from elmo_plugin.kernels.roles import Role
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
@@ -153,6 +154,17 @@ class FixedShapeLstm:
         buffers.state[:, :rows] = initial_state[0]
         buffers.memory[:, :rows] = initial_state[1]
         outputs = inputs.new_empty(len(cells), rows, timesteps, cells[0].hidden_size)
+        # Made here, outside any capture, and held by the work a graph keeps: a graph reads a
+        # derived weight (a precision's copy) at the address it had at the capture, so that copy
+        # must live as long as the graph, whatever `Kernels` does with its own cache.
+        products = [
+            (
+                self.kernels.product(Role.LSTM_INPUT, cell.input_linearity),
+                self.kernels.product(Role.LSTM_RECURRENT, cell.state_linearity, rows=padded),
+                self.kernels.product(Role.LSTM_PROJECTION, cell.state_projection),
+            )
+            for cell in cells
+        ]
         starts, start = [], 0
         for length in chunk_lengths(timesteps):
             starts.append((start, length))
@@ -165,7 +177,7 @@ class FixedShapeLstm:
             chunk_mask[rows:] = False
 
             def work(chunk_inputs=chunk_inputs, chunk_mask=chunk_mask) -> torch.Tensor:
-                return self._chunk(cells, chunk_inputs, chunk_mask, buffers.state, buffers.memory)
+                return self._chunk(cells, products, chunk_inputs, chunk_mask, buffers.state, buffers.memory)
 
             if captured:
                 key = (direction, padded, length, inputs.dtype)
@@ -178,25 +190,21 @@ class FixedShapeLstm:
     def _chunk(
         self,
         cells: List[LstmCellWithProjection],
+        products: List[Tuple[Product, Product, Product]],
         inputs: torch.Tensor,
         mask: torch.BoolTensor,
         states: torch.Tensor,
         memories: torch.Tensor,
     ) -> torch.Tensor:
         """One chunk of one direction through all layers, from and into `states`/`memories`
-        `(layers, rows, size)`: outputs `(layers, rows, length, hidden)`."""
-        rows = inputs.size(0)
+        `(layers, rows, size)`, with each cell's (input, recurrent, projection) products:
+        outputs `(layers, rows, length, hidden)`."""
         layer_outputs = []
-        for layer, cell in enumerate(cells):
+        for layer, (cell, (input_product, state_product, state_projection)) in enumerate(zip(cells, products)):
             # (rows, length, 4 * cell)
-            projected_inputs = self.kernels.product(Role.LSTM_INPUT, cell.input_linearity)(inputs)
+            projected_inputs = input_product(inputs)
             output, state, memory = cell.masked_steps(
-                projected_inputs,
-                mask,
-                states[layer],
-                memories[layer],
-                self.kernels.product(Role.LSTM_RECURRENT, cell.state_linearity, rows=rows),
-                self.kernels.product(Role.LSTM_PROJECTION, cell.state_projection),
+                projected_inputs, mask, states[layer], memories[layer], state_product, state_projection
             )
             states[layer] = state
             memories[layer] = memory

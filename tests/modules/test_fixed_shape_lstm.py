@@ -4,6 +4,8 @@ the stack's own loop does: checked here on the CPU in float64, without graphs;
 `tests/test_cuda.py` checks the captured graphs against this.
 """
 import copy as copy_module
+import gc
+import weakref
 
 import pytest
 import torch
@@ -102,7 +104,7 @@ class _ReplayedOnTheCpu:
         self.results.copy_(self.work())
 
 
-def test_the_captured_path_replays_one_graph_per_shape_and_recaptures_after_new_weights(monkeypatch):
+def _capture_on_the_cpu(monkeypatch):
     captures = []
 
     def capture(cache, work, mutated):
@@ -114,6 +116,11 @@ def test_the_captured_path_replays_one_graph_per_shape_and_recaptures_after_new_
         return _ReplayedOnTheCpu(work, results), results, work
 
     monkeypatch.setattr(cuda_graphs.GraphCache, "_capture", capture)
+    return captures
+
+
+def test_the_captured_path_replays_one_graph_per_shape_and_recaptures_after_new_weights(monkeypatch):
+    captures = _capture_on_the_cpu(monkeypatch)
     lstm = _stack(clip=True, skip=True)
     shapes = [[3, 20, 7], [20, 19, 3], [35, 2, 2, 2, 2, 2, 2, 2, 2, 2]]
     for lengths in shapes + shapes[:1]:
@@ -135,3 +142,24 @@ def test_the_captured_path_replays_one_graph_per_shape_and_recaptures_after_new_
     assert torch.allclose(actual, expected, atol=1e-12, rtol=0)
     # The old graphs dropped; the last batch's (4 rows, 16 + 4 positions) captured again.
     assert len(lstm.fixed_shapes.graphs) == 2 * 2
+
+
+def test_a_graph_keeps_alive_the_precision_copies_it_reads(monkeypatch):
+    # A graph replays the addresses it captured: the bfloat16 copies of the weights must outlive
+    # `Kernels`' cache of them (emptied by `set_precision`, even to the same precision).
+    captures = _capture_on_the_cpu(monkeypatch)
+    lstm = _stack(clip=True, skip=True).float()
+    lstm.kernels.set_precision("bfloat16")
+    inputs = torch.randn(2, 5, 6)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    with torch.no_grad():
+        lstm.fixed_shapes.run(inputs, mask, lstm.zero_state(2, inputs), inputs, mask, captured=True)
+    copies = [weakref.ref(copy) for _, copy in lstm.kernels._reduced.values()]
+    assert len(copies) == 2 * 2 * 3  # directions x layers x (input, recurrent, projection)
+    lstm.kernels.set_precision("bfloat16")
+    gc.collect()
+    assert all(copy() is not None for copy in copies)
+    lstm.fixed_shapes.graphs.clear()
+    captures.clear()  # the stand-in's own record of the captured work
+    gc.collect()
+    assert all(copy() is None for copy in copies)
