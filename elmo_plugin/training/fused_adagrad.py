@@ -12,8 +12,8 @@ from allennlp.training.optimizers import Optimizer, make_parameter_groups
 def fused_runs_on(device: torch.device) -> bool:
     """
     Whether this torch's fused Adagrad runs on `device`'s type: it depends on the version (on a
-    GPU, torch 2.11 refuses it at the first step; later versions run it), so it is asked once
-    per device, with one step on a one-element parameter.
+    GPU, torch 2.11 refuses it at the first step, torch 2.13 runs it), so it is asked once per
+    device, with one step on a one-element parameter.
     """
     parameter = torch.zeros(1, device=device, requires_grad=True)
     parameter.grad = torch.ones_like(parameter)
@@ -28,8 +28,8 @@ def fused_runs_on(device: torch.device) -> bool:
 class FusedAdagradOptimizer(Optimizer, torch.optim.Adagrad):
     """
     AllenNLP's `"adagrad"` (the same parameters, the same state in checkpoints) with torch's
-    fused implementation where this torch runs it on every parameter's device (`fused_runs_on`;
-    the CPU and, from torch 2.12 or so, a GPU): one pass over each
+    fused implementation where this torch runs it on every parameter's device (`fused_runs_on`:
+    the CPU, and a GPU where this torch version has the kernel): one pass over each
     parameter per step, where the default makes four (the squared gradient added, its square
     root, the epsilon added, the update). A biLM has tens of millions of parameters, and on the
     CPU those passes took a tenth of a training step (BENCHMARKS.md). The fused kernel rounds
