@@ -12,8 +12,8 @@ from allennlp.training.optimizers import Optimizer, make_parameter_groups
 def fused_runs_on(device: torch.device) -> bool:
     """
     Whether this torch's fused Adagrad runs on `device`'s type: it depends on the version (on a
-    GPU, torch 2.11 refuses it at the first step, torch 2.13 runs it), so it is asked once per
-    device, with one step on a one-element parameter.
+    GPU, torch 2.11 refuses it at the first step; torch 2.13's Adagrad no longer excludes GPUs),
+    so it is asked once per device, with one step on a one-element parameter.
     """
     parameter = torch.zeros(1, device=device, requires_grad=True)
     parameter.grad = torch.ones_like(parameter)
