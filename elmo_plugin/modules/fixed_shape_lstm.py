@@ -57,19 +57,23 @@ class _DirectionBuffers:
     def __init__(self, layers: int, rows: int, hidden: int, cell: int, reference: torch.Tensor) -> None:
         # Zeros, not empty: padded rows are computed too, and stay finite this way. Ordinary
         # tensors even under inference mode, so that later calls outside it can write them.
-        with torch.inference_mode(False):
-            self.state = reference.new_zeros(layers, rows, hidden)
-            self.memory = reference.new_zeros(layers, rows, cell)
+        # Only the dtype and device of `reference` are kept: holding the tensor would keep the
+        # batch it came from in memory.
+        self._rows, self._dtype, self._device = rows, reference.dtype, reference.device
+        self.state = self._zeros(layers, rows, hidden)
+        self.memory = self._zeros(layers, rows, cell)
         self.chunks: Dict[int, Tuple[torch.Tensor, torch.BoolTensor]] = {}
-        self._rows, self._reference = rows, reference
+
+    def _zeros(self, *shape: int, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        with torch.inference_mode(False):
+            return torch.zeros(*shape, dtype=dtype or self._dtype, device=self._device)
 
     def chunk(self, length: int, input_size: int) -> Tuple[torch.Tensor, torch.BoolTensor]:
         if length not in self.chunks:
-            with torch.inference_mode(False):
-                self.chunks[length] = (
-                    self._reference.new_zeros(self._rows, length, input_size),
-                    torch.zeros(self._rows, length, dtype=torch.bool, device=self._reference.device),
-                )
+            self.chunks[length] = (
+                self._zeros(self._rows, length, input_size),
+                self._zeros(self._rows, length, dtype=torch.bool),
+            )
         return self.chunks[length]
 
 

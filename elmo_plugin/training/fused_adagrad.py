@@ -65,7 +65,7 @@ class FusedAdagradOptimizer(Optimizer, torch.optim.Adagrad):
         initial_accumulator_value: float = 0.0,
         eps: float = 1e-10,
     ) -> None:
-        fused = all(fused_runs_on(parameter.device) for _, parameter in model_parameters)
+        fused = all(fused_runs_on(device) for device in {parameter.device for _, parameter in model_parameters})
         super().__init__(
             params=make_parameter_groups(model_parameters, parameter_groups),
             lr=lr,
