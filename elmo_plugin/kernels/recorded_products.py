@@ -24,6 +24,10 @@ step (a weight gradient sums over the step's tokens). Zero rows and columns chan
 Opt-in bfloat16 training (`bfloat16_products`, on CPUs with bfloat16 instructions): every
 product here reads bfloat16 copies of its operands and adds in float32 inside oneDNN; the
 parameters, their gradients, the optimizer and everything between the products stay float32.
+Its kernels are chosen as float32's, in classes of their own (`functional.linear` in bfloat16,
+the `"mkl"` candidate, is oneDNN's matmul; it reads transposed operands without the copy that
+oneDNN's linear makes). An operand that many products read (the LSTM's weights at every step)
+is rounded once, by its caller (`product_operand`).
 """
 import contextlib
 from typing import Dict, Iterator, Optional
@@ -84,6 +88,18 @@ def current_precision() -> str:
     return _precision
 
 
+def product_operand(tensor: torch.Tensor, precision: Optional[str] = None) -> torch.Tensor:
+    """
+    `tensor` as `product_nt` reads it in `precision` (by default the current one): a bfloat16
+    copy (in the same layout) for bfloat16 products of float32 CPU tensors, else `tensor`
+    itself. For an operand that many products read, such as the LSTM's weights at every step:
+    rounded once instead of at every product.
+    """
+    if (precision or _precision) == BFLOAT16 and tensor.device.type == "cpu" and tensor.dtype is torch.float32:
+        return tensor.to(torch.bfloat16)
+    return tensor
+
+
 def _mkl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     return torch.nn.functional.linear(a, b, bias)
 
@@ -120,13 +136,14 @@ def _weight_gradient_is_tall_and_narrow(part: str, a: torch.Tensor, b: torch.Ten
 def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> str:
     # Looked up at every call (the LSTM's steps), so by a key of its own, not `choice`'s name.
     # The inner size padded as oneDNN sees it: a weight gradient's varies with every step.
-    key = (role, part, (b.size(0), padded_rows(b.size(1))), choice.row_class(a.size(0)))
+    key = (role, part, (b.size(0), padded_rows(b.size(1))), choice.row_class(a.size(0)), a.dtype)
     kernel = choice.call_site_decisions.get(key)
     if kernel is None:
+        in_bfloat16 = a.dtype is torch.bfloat16
         if not onednn.available():
             kernel = _MKL
         elif choice.mode() == choice.FIXED:
-            if role not in ONEDNN_ROLES:
+            if role not in ONEDNN_ROLES and not in_bfloat16:
                 kernel = _MKL
             elif _weight_gradient_is_tall_and_narrow(part, a, b):
                 kernel = _ONEDNN_TRANSPOSED
@@ -139,9 +156,18 @@ def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optio
             }
             if part == WEIGHT_GRADIENT:
                 candidates[_ONEDNN_TRANSPOSED] = lambda rows: _onednn_transposed(rows, b)
-            kernel = choice.chosen((f"{role.value} {part}", key[2], key[3]), candidates, a, b, bias)
+            name = f"{role.value} {part}{' in bfloat16' if in_bfloat16 else ''}"
+            kernel = choice.chosen((name, key[2], key[3]), candidates, a, b, bias)
         choice.call_site_decisions[key] = kernel
     return kernel
+
+
+def _product(kernel: str, a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    if kernel == _ONEDNN:
+        return _onednn(a, b, bias)
+    if kernel == _ONEDNN_TRANSPOSED:
+        return _onednn_transposed(a, b)
+    return _mkl(a, b, bias)
 
 
 def product_nt(
@@ -157,12 +183,12 @@ def product_nt(
     kernel chosen for `role`'s `part` (`FORWARD`, `INPUT_GRADIENT`, `WEIGHT_GRADIENT`) at this
     shape class. Float32 CPU operands only go to oneDNN; anything else is `functional.linear`.
     `precision`: `"bfloat16"` for bfloat16 operands (a float32 result); by default the current
-    one (`bfloat16_products`).
+    one (`bfloat16_products`). `b` may already be that precision's `product_operand`.
     """
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
+        # Chosen like float32's among the same kernels (which is fastest differs: BENCHMARKS.md).
         a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
-        transposed = _weight_gradient_is_tall_and_narrow(part, a, b)
-        outputs = (_onednn_transposed(a, b) if transposed else _onednn(a, b, None)).float()
+        outputs = _product(_kernel(role, part, a, b, None), a, b, None).float()
         return outputs if bias is None else outputs.add_(bias)
     if (
         a.device.type != "cpu"
@@ -172,12 +198,7 @@ def product_nt(
         or b.numel() == 0
     ):
         return _mkl(a, b, bias)
-    kernel = _kernel(role, part, a, b, bias)
-    if kernel == _ONEDNN:
-        return _onednn(a, b, bias)
-    if kernel == _ONEDNN_TRANSPOSED:
-        return _onednn_transposed(a, b)
-    return _mkl(a, b, bias)
+    return _product(_kernel(role, part, a, b, bias), a, b, bias)
 
 
 class LinearWithGradients(torch.autograd.Function):

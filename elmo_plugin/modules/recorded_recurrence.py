@@ -17,6 +17,7 @@ from elmo_plugin.kernels.recorded_products import (
     WEIGHT_GRADIENT,
     current_precision,
     product_nt,
+    product_operand,
 )
 from elmo_plugin.kernels.roles import Role
 
@@ -73,18 +74,22 @@ class RecordedRecurrence(torch.autograd.Function):
         projection_weight: torch.Tensor,
     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         record = RecordedSteps(len(active_rows_at))
+        precision = current_precision()
+        # Every step reads the weights: in bfloat16, rounded once here.
+        step_state_weight = product_operand(state_weight, precision)
+        step_projection_weight = product_operand(projection_weight, precision)
         outputs, final_state, final_memory = cell.recurrence(
             projected_inputs,
             state,
             memory,
             dropout_mask,
             active_rows_at,
-            lambda rows: product_nt(Role.LSTM_RECURRENT, FORWARD, rows, state_weight, state_bias),
-            lambda rows: product_nt(Role.LSTM_PROJECTION, FORWARD, rows, projection_weight),
+            lambda rows: product_nt(Role.LSTM_RECURRENT, FORWARD, rows, step_state_weight, state_bias, precision),
+            lambda rows: product_nt(Role.LSTM_PROJECTION, FORWARD, rows, step_projection_weight, precision=precision),
             record,
         )
         ctx.cell, ctx.record, ctx.dropout_mask, ctx.active_rows_at = cell, record, dropout_mask, active_rows_at
-        ctx.precision = current_precision()
+        ctx.precision = precision
         ctx.save_for_backward(state_weight, projection_weight)
         # An output is never an input itself (no step had a row).
         return outputs, final_state.clone() if final_state is state else final_state, (
@@ -98,6 +103,9 @@ class RecordedRecurrence(torch.autograd.Function):
         precision = ctx.precision
         cell, steps, dropout_mask, active_rows_at = ctx.cell, ctx.record.steps, ctx.dropout_mask, ctx.active_rows_at
         cell_size = cell.cell_size
+        # Every step reads the transposed weights: in bfloat16, rounded once here.
+        step_state_weight = product_operand(state_weight.t(), precision)
+        step_projection_weight = product_operand(projection_weight.t(), precision)
         # The gradients of h and c carried back through the steps (rows past a sentence's end
         # keep theirs: their state passes those steps unchanged).
         state_gradient = final_state_gradient.clone()
@@ -125,7 +133,7 @@ class RecordedRecurrence(torch.autograd.Function):
                 d_state.mul_(step.state_within_clip)
             # (active_rows, cell)
             d_output_memory = product_nt(
-                Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, projection_weight.t(), precision=precision
+                Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, step_projection_weight, precision=precision
             )
             input_gate, forget_gate, memory_init, output_gate = step.gates
             d_memory = memory_gradient[:active_rows] + _tanh_backward(
@@ -142,7 +150,7 @@ class RecordedRecurrence(torch.autograd.Function):
             _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
             torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
             state_gradient[:active_rows] = product_nt(
-                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, state_weight.t(), precision=precision
+                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, step_state_weight, precision=precision
             )
         # Each weight's gradient over all steps at once, in the time-major row order.
         recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]

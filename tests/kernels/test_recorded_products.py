@@ -1,6 +1,7 @@
 """
-Training's float32 products (`recorded_products`): oneDNN forward and backward where chosen,
-with autograd's gradients, operands padded to few shapes, and the choice measured per part.
+Training's products (`recorded_products`): oneDNN forward and backward where chosen,
+with autograd's gradients, operands padded to few shapes, and the choice measured per part
+and precision.
 """
 import logging
 
@@ -15,6 +16,9 @@ from tests.kernels.test_choice import winning
 from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN linear")
+needs_bfloat16 = pytest.mark.skipif(
+    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()), reason="no bfloat16 products"
+)
 
 
 @needs_onednn
@@ -80,9 +84,7 @@ def test_a_tall_narrow_weight_gradient_is_computed_transposed_in_parts_of_the_to
 
 
 @needs_onednn
-@pytest.mark.skipif(
-    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()), reason="no bfloat16 products"
-)
+@needs_bfloat16
 def test_in_bfloat16_a_tall_narrow_weight_gradient_is_computed_transposed_too(onednn_calls):  # noqa: F811
     generator = torch.Generator().manual_seed(0)
     gradient, inputs = torch.randn(300, 200, generator=generator), torch.randn(300, 16, generator=generator)
@@ -115,3 +117,31 @@ def test_float32_lstm_training_through_onednn_has_float64s_gradients(onednn_call
     assert len(onednn_calls) > 0  # the recurrent and input products of float32 training
     for ours, exact in zip(gradients[torch.float32], gradients[torch.float64]):
         torch.testing.assert_close(ours.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+@needs_bfloat16
+@pytest.mark.parametrize("winner", ["mkl", "onednn", "onednn, result transposed"])
+def test_in_bfloat16_each_product_is_chosen_apart_from_float32s(measuring, monkeypatch, caplog, winner):  # noqa: F811
+    winning(monkeypatch, winner)
+    layer = torch.nn.Linear(16, 64)
+    inputs = torch.randn(20, 16, requires_grad=True)
+    with caplog.at_level(logging.INFO, logger=choice.__name__):
+        with recorded_products.bfloat16_products():
+            outputs = recorded_products.trained_product(Role.HIGHWAY, layer.weight, layer.bias)(inputs)
+        outputs.sum().backward()  # after the block, in its forward pass's precision
+    messages = sorted(r.getMessage().split(":")[0] for r in caplog.records if r.name == choice.__name__)
+    assert messages == [
+        "Kernel for highway input gradient in bfloat16 16x64 rows<=64 from mkl/onednn",
+        "Kernel for highway training forward in bfloat16 64x16 rows<=64 from mkl/onednn",
+        "Kernel for highway weight gradient in bfloat16 16x20 rows<=64 from mkl/onednn/onednn, result transposed",
+    ]
+    assert outputs.dtype is torch.float32 and layer.weight.grad.dtype is torch.float32
+    exact = torch.nn.functional.linear(inputs.detach().double(), layer.weight.detach().double(), layer.bias.double())
+    torch.testing.assert_close(outputs.detach().double(), exact, rtol=2e-2, atol=2e-2)
+    # Float32's own decisions are still to be made: a class of its own.
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=choice.__name__):
+        recorded_products.trained_product(Role.HIGHWAY, layer.weight, layer.bias)(inputs)
+    assert [r.getMessage().split(":")[0] for r in caplog.records if r.name == choice.__name__] == [
+        "Kernel for highway training forward 64x16 rows<=64 from mkl/onednn"
+    ]

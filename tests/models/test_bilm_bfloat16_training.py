@@ -9,6 +9,7 @@ from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.kernels import onednn, recorded_products
 from elmo_plugin.kernels.recorded_products import BFLOAT16, FORWARD, product_nt
 from elmo_plugin.kernels.roles import Role
+from elmo_plugin.modules import recorded_recurrence
 from tests.helpers import BILM_SEED, BILM_TRAIN_TEXT
 from tests.models.test_bilm import tiny_model
 
@@ -84,3 +85,24 @@ def test_the_backward_pass_uses_the_precision_of_its_forward_pass():
     in_bfloat16 = layer.weight.bfloat16().double().t().sum(dim=1).expand(10, 64)
     torch.testing.assert_close(inputs.grad.double(), in_bfloat16, rtol=8e-3, atol=1e-2)
     assert not torch.allclose(inputs.grad, exact, rtol=1e-6, atol=1e-6)
+
+
+@needs_bfloat16
+def test_the_lstm_steps_read_their_weights_rounded_once_per_pass(monkeypatch):
+    read = []
+
+    def recording_product_nt(role, part, a, b, *args, **kwargs):
+        if part != recorded_products.WEIGHT_GRADIENT:
+            read.append((role, part, b.dtype))
+        return product_nt(role, part, a, b, *args, **kwargs)
+
+    monkeypatch.setattr(recorded_recurrence, "product_nt", recording_product_nt)
+    torch.manual_seed(BILM_SEED)
+    model = tiny_model(dropout=0.0, training_precision="bfloat16")
+    model(**batch_of_windows(model))["loss"].backward()
+    # Every step's products, forward and backward, read bfloat16 weights made before the steps,
+    # not float32 weights rounded again at each step.
+    parts = {(role, part) for role, part, _ in read}
+    assert parts == {(role, part) for role in (Role.LSTM_RECURRENT, Role.LSTM_PROJECTION)
+                     for part in (FORWARD, recorded_products.INPUT_GRADIENT)}
+    assert {dtype for _, _, dtype in read} == {torch.bfloat16}
