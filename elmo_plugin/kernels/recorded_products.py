@@ -188,8 +188,9 @@ def product_nt(
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
         # Chosen like float32's among the same kernels (which is fastest differs: BENCHMARKS.md).
         a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
-        outputs = _product(_kernel(role, part, a, b, None), a, b, None).float()
-        return outputs if bias is None else outputs.add_(bias)
+        outputs = _product(_kernel(role, part, a, b, None), a, b, None)
+        # With a bias, converted to float32 inside the addition: one pass over the result.
+        return outputs.float() if bias is None else torch.add(bias, outputs)
     if (
         a.device.type != "cpu"
         or a.dtype is not torch.float32
