@@ -143,6 +143,7 @@ def _kernel(role: Role, part: str, a: torch.Tensor, b: torch.Tensor, bias: Optio
         if not onednn.available():
             kernel = _MKL
         elif choice.mode() == choice.FIXED:
+            # bfloat16 products all went to oneDNN before they were measured; the table keeps that.
             if role not in ONEDNN_ROLES and not in_bfloat16:
                 kernel = _MKL
             elif _weight_gradient_is_tall_and_narrow(part, a, b):
@@ -181,7 +182,8 @@ def product_nt(
     """
     `a @ b^T (+ bias)` for 2-D operands of any strides, not recorded by autograd, with the
     kernel chosen for `role`'s `part` (`FORWARD`, `INPUT_GRADIENT`, `WEIGHT_GRADIENT`) at this
-    shape class. Float32 CPU operands only go to oneDNN; anything else is `functional.linear`.
+    shape class. Float32 CPU operands (and their bfloat16 products) only go to oneDNN; anything
+    else is `functional.linear`.
     `precision`: `"bfloat16"` for bfloat16 operands (a float32 result); by default the current
     one (`bfloat16_products`). `b` may already be that precision's `product_operand`.
     """
