@@ -20,6 +20,7 @@ from elmo_plugin.data.bilm_corpus_reader import (
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.special_tokens import SPECIAL_TOKENS, UNKNOWN_TOKEN
 from elmo_plugin.kernels import allocation, recorded_products
+from elmo_plugin.models.carried_windows import CarriedWindowState
 from elmo_plugin.models.sampled_softmax import FusedSampledSoftmaxLoss
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
@@ -159,9 +160,7 @@ class ElmoBiLmModel(Model):
         self._oov_rate = OutOfVocabularyRate()
         self._unknown_id = vocab.get_token_index(UNKNOWN_TOKEN, LM_NAMESPACE)
         self._warned_about_oov_rate = False
-        # Carried LSTM state for packed windows, one per mode (training data and validation
-        # data are different streams): (state, step of the batch that produced it).
-        self._carried: Dict[bool, Optional[Tuple[LstmState, int]]] = {True: None, False: None}
+        self._carried_windows = CarriedWindowState()
         # Set by the 'elmo_bilm' trainer callback, which checks the data before the first step
         # and makes checkpoints that `--recover` continues exactly from.
         self.trainer_callback_attached = False
@@ -285,14 +284,17 @@ class ElmoBiLmModel(Model):
             forward_targets = forward_target_ids[:, 1:]
             backward_targets = backward_target_ids[:, :-1]
             forward_mask, backward_mask = forward_full_mask[:, 1:], backward_full_mask[:, 1:]
-            initial_state = self._window_start_state(metadata, forward_inputs)
+            initial_state = self._carried_windows.start(
+                metadata,
+                self.training,
+                lambda batch_size: self._bilm.lstm.zero_state(batch_size, forward_inputs),
+                forward_inputs,
+            )
+            self._warn_without_trainer_callback()
             forward_output, backward_output, final_state = self._read(
                 forward_inputs, forward_mask, initial_state, backward_inputs, backward_mask
             )
-            self._carried[self.training] = (
-                (final_state[0].detach(), final_state[1].detach()),
-                metadata[0]["step"],
-            )
+            self._carried_windows.keep(self.training, final_state, metadata)
         output: Dict[str, torch.Tensor] = {}
         direction_losses = []
         num_targets = 0
@@ -445,18 +447,7 @@ class ElmoBiLmModel(Model):
             "mask": mask[:, 1:],
         }
 
-    def _window_start_state(
-        self, metadata: List[Dict[str, int]], reference: torch.Tensor
-    ) -> LstmState:
-        streams = [row["stream"] for row in metadata]
-        steps = {row["step"] for row in metadata}
-        if streams != list(range(len(metadata))) or len(steps) != 1:
-            raise ConfigurationError(
-                "elmo_bilm: packed windows arrived out of stream order (streams "
-                f"{streams[:8]}..., steps {sorted(steps)[:4]}). Set the data loader's "
-                "batch_size to the reader's num_streams, shuffle to false and num_workers to 0."
-            )
-        step = steps.pop()
+    def _warn_without_trainer_callback(self) -> None:
         if self.training and not self.trainer_callback_attached and not self._warned_about_trainer_callback:
             self._warned_about_trainer_callback = True
             logger.warning(
@@ -466,18 +457,6 @@ class ElmoBiLmModel(Model):
                 "this first step, and `allennlp train --recover` cannot restore the carried LSTM "
                 "state, the random generators or the running metrics."
             )
-        carried = self._carried[self.training]
-        batch_size = len(metadata)
-        if step == 0 or carried is None or carried[1] != step - 1:
-            # The start of a pass over the data (or of a different stream): no history.
-            return self._bilm.lstm.zero_state(batch_size, reference)
-        state = (carried[0][0].to(reference), carried[0][1].to(reference))
-        if state[0].size(1) != batch_size:
-            raise ConfigurationError(
-                f"elmo_bilm: a batch of {batch_size} windows follows one of "
-                f"{state[0].size(1)}; the data loader's batch_size must equal num_streams."
-            )
-        return state
 
     def _metric_objects(self) -> Dict[str, Any]:
         return {
@@ -494,18 +473,13 @@ class ElmoBiLmModel(Model):
         the metrics' running totals.
         """
         return {
-            "carried": {
-                ("training" if mode else "validation"): None if carried is None else (*carried[0], carried[1])
-                for mode, carried in self._carried.items()
-            },
+            "carried": self._carried_windows.recovery_state(),
             "metrics": {name: dict(vars(metric)) for name, metric in self._metric_objects().items()},
         }
 
     def restore_recovery_state(self, state: Dict[str, Any]) -> None:
         """Continues from `recovery_state()` as a checkpoint saved it."""
-        for mode, name in ((True, "training"), (False, "validation")):
-            carried = state["carried"][name]
-            self._carried[mode] = None if carried is None else ((carried[0], carried[1]), carried[2])
+        self._carried_windows.restore(state["carried"])
         for name, metric in self._metric_objects().items():
             vars(metric).update(state["metrics"][name])
 
