@@ -18,7 +18,8 @@ Training the biLM on this machine: throughput and a real (short) run.
 4. memory: a long run of training steps (the `speed` setting), with the process's peak RSS,
    tokens/s and page faults per step at every `--report-every` steps: what the C allocator's
    setting (`ELMO_PLUGIN_MALLOC`, `elmo_plugin/kernels/allocation.py`) costs and gains over
-   hundreds of steps, which a `speed` run's few steps do not show.
+   hundreds of steps, which a `speed` run's few steps do not show. What one step's peak holds,
+   tensor by tensor: `benchmarks/training_step_memory.py`.
 
     python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
     python benchmarks/train_bilm.py speed --device cuda --architecture original --streams 128
