@@ -1,9 +1,13 @@
-"""Paths and architectures shared by the tests."""
+"""Paths, architectures and markers shared by the tests."""
 import copy
 import json
 from pathlib import Path
 from typing import Any, Dict
 
+import pytest
+import torch
+
+from elmo_plugin.kernels import onednn
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -70,3 +74,9 @@ def bilm_data_overrides(**more: Any) -> str:
 
 # TensorFlow checkpoints and bilm-tf's own outputs (tests/fixtures/tensorflow/make_fixtures.py).
 TENSORFLOW_FIXTURES = TEST_FIXTURES / "tensorflow"
+
+# For tests of bfloat16 training's products.
+needs_bfloat16 = pytest.mark.skipif(
+    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+    reason="this CPU or torch has no bfloat16 products",
+)

@@ -46,6 +46,8 @@ _MKL, _ONEDNN, _ONEDNN_TRANSPOSED = "mkl", "onednn", "onednn, result transposed"
 _SUMMED_AT_ONCE = 256
 FLOAT32, BFLOAT16 = "float32", "bfloat16"
 TRAINING_PRECISIONS = (FLOAT32, BFLOAT16)
+# What a bfloat16 product takes: float32 tensors, or their `product_operand`s.
+_BFLOAT16_INPUTS = (torch.float32, torch.bfloat16)
 # The precision of the products from here on: set around a training forward pass, and saved
 # with what a backward pass reads (which runs after the block has ended).
 _precision = FLOAT32
@@ -88,6 +90,14 @@ def current_precision() -> str:
     return _precision
 
 
+def operand_dtype(tensor: torch.Tensor, precision: Optional[str] = None) -> torch.dtype:
+    """The dtype in which `product_nt` reads `tensor` in `precision` (by default the current
+    one): bfloat16 for float32 CPU tensors in bfloat16 products, else the tensor's own."""
+    if (precision or _precision) == BFLOAT16 and tensor.device.type == "cpu" and tensor.dtype is torch.float32:
+        return torch.bfloat16
+    return tensor.dtype
+
+
 def product_operand(tensor: torch.Tensor, precision: Optional[str] = None) -> torch.Tensor:
     """
     `tensor` as `product_nt` reads it in `precision` (by default the current one): a bfloat16
@@ -95,9 +105,7 @@ def product_operand(tensor: torch.Tensor, precision: Optional[str] = None) -> to
     itself. For an operand that many products read, such as the LSTM's weights at every step:
     rounded once instead of at every product.
     """
-    if (precision or _precision) == BFLOAT16 and tensor.device.type == "cpu" and tensor.dtype is torch.float32:
-        return tensor.to(torch.bfloat16)
-    return tensor
+    return tensor.to(operand_dtype(tensor, precision))
 
 
 def _mkl(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
@@ -185,9 +193,9 @@ def product_nt(
     shape class. Float32 CPU operands (and their bfloat16 products) only go to oneDNN; anything
     else is `functional.linear`.
     `precision`: `"bfloat16"` for bfloat16 operands (a float32 result); by default the current
-    one (`bfloat16_products`). `b` may already be that precision's `product_operand`.
+    one (`bfloat16_products`). `a` and `b` may already be that precision's `product_operand`.
     """
-    if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype is torch.float32:
+    if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype in _BFLOAT16_INPUTS:
         # Chosen like float32's among the same kernels (which is fastest differs: BENCHMARKS.md).
         a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
         outputs = _product(_kernel(role, part, a, b, None), a, b, None)

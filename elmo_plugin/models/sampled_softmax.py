@@ -15,6 +15,7 @@ from elmo_plugin.kernels.recorded_products import (
     INPUT_GRADIENT,
     WEIGHT_GRADIENT,
     current_precision,
+    operand_dtype,
     product_nt,
 )
 from elmo_plugin.kernels.roles import Role
@@ -95,20 +96,27 @@ class _Saved(NamedTuple):
     targets: torch.Tensor  # (N,)
     sampled_weight: torch.Tensor  # (S, D)
     true_weight: torch.Tensor  # (N, D)
-    probabilities: torch.Tensor  # (N, S): softmax(Z)
-    samples_logsumexp: torch.Tensor  # (N,): logsumexp(Z)
+    logits_gradient: torch.Tensor  # (N, S): d loss / d Z for an incoming gradient of 1
     logsumexp: torch.Tensor  # (N,): logsumexp(z, Z)
     true_logits: torch.Tensor  # (N,): z
-    masked_rows: torch.Tensor  # the rows whose target is a sample
-    masked_columns: torch.Tensor  # and its position among the samples
+
+
+def _rescaled_rows(probabilities: torch.Tensor, row_scale: torch.Tensor, precision: str) -> torch.Tensor:
+    """`probabilities * row_scale[:, None]` in the dtype the products of `precision` read, in
+    one pass: in place where that is the probabilities' own, else rounded once on the way."""
+    dtype = operand_dtype(probabilities, precision)
+    if dtype is probabilities.dtype:
+        return probabilities.mul_(row_scale.unsqueeze(1))
+    return torch.mul(probabilities, row_scale.unsqueeze(1), out=torch.empty_like(probabilities, dtype=dtype))
 
 
 class _SampledSoftmaxNll(torch.autograd.Function):
     """
     The negative log-likelihood of each target against itself and the samples, summed: with
     `z_n` the true logit and `Z_n` the sampled ones (each minus the log of its expected count),
-    `sum_n logsumexp(z_n, Z_n) - z_n`. The backward pass reads the softmax of `Z` that the
-    forward pass computed.
+    `sum_n logsumexp(z_n, Z_n) - z_n`. The forward pass, which has the softmax of `Z`, also
+    makes the gradient of the loss by `Z` (in the precision the backward's products read); the
+    backward pass reads it.
 
     `apply(embeddings, weight, bias, targets, sampled_ids, target_log_count, sampled_log_count,
     sparse)`: `(N, D)` vectors, the `(V, D)` softmax weight and its `(V,)` bias (`(V, 1)` as a
@@ -147,6 +155,13 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         samples_logsumexp = maxima - probabilities.amax(dim=1).log()
         # (N,)
         logsumexp = torch.logaddexp(true_logits, samples_logsumexp)
+        # (N, S): d loss / d Z = exp(Z - logsumexp) = softmax(Z) rescaled per row, for an incoming
+        # gradient of 1 (the loss is a sum: the backward pass scales the products' small results
+        # by the actual one). Made here, where the softmax is still float32, in the precision
+        # the backward's products read: those products and the bias's sum read it as it is,
+        # with no float32 copy of its own made and rounded again in the backward pass.
+        logits_gradient = _rescaled_rows(probabilities, (samples_logsumexp - logsumexp).exp_(), current_precision())
+        logits_gradient[masked_rows, masked_columns] = 0.0  # a masked logit is a constant
         ctx.save_for_backward(
             *_Saved(
                 embeddings,
@@ -154,12 +169,9 @@ class _SampledSoftmaxNll(torch.autograd.Function):
                 targets,
                 sampled_weight,
                 true_weight,
-                probabilities,
-                samples_logsumexp,
+                logits_gradient,
                 logsumexp,
                 true_logits,
-                masked_rows,
-                masked_columns,
             )
         )
         ctx.weight_shape, ctx.bias_shape, ctx.sparse = weight.shape, bias.shape, sparse
@@ -171,24 +183,21 @@ class _SampledSoftmaxNll(torch.autograd.Function):
     def backward(ctx, gradient: torch.Tensor):
         saved = _Saved(*ctx.saved_tensors)
         precision = ctx.precision
-        # (N, S): d loss / d Z = exp(Z - logsumexp), the softmax of Z rescaled per row
-        row_scale = (saved.samples_logsumexp - saved.logsumexp).exp_().mul_(gradient)
-        logits_gradient = saved.probabilities * row_scale.unsqueeze(1)
-        logits_gradient[saved.masked_rows, saved.masked_columns] = 0.0  # a masked logit is a constant
+        logits_gradient = saved.logits_gradient  # for an incoming gradient of 1; scaled below
         # (N,): d loss / d z = exp(z - logsumexp) - 1
         true_gradient = (saved.true_logits - saved.logsumexp).exp_().sub_(1.0).mul_(gradient)
         # (N, D)
         embeddings_gradient = product_nt(
             Role.SAMPLED_SOFTMAX, INPUT_GRADIENT, logits_gradient, saved.sampled_weight.t(), precision=precision
-        )
+        ).mul_(gradient)
         embeddings_gradient.add_(saved.true_weight * true_gradient.unsqueeze(1))
         # (S, D), (N, D): the rows of the weight's gradient, by sample and by target
         sampled_weight_gradient = product_nt(
             Role.SAMPLED_SOFTMAX, WEIGHT_GRADIENT, logits_gradient.t(), saved.embeddings.t(), precision=precision
-        )
+        ).mul_(gradient)
         true_weight_gradient = saved.embeddings * true_gradient.unsqueeze(1)
-        # (S,), (N,)
-        sampled_bias_gradient = logits_gradient.sum(dim=0)
+        # (S,), (N,): float32 sums, also of a bfloat16 gradient
+        sampled_bias_gradient = logits_gradient.sum(dim=0, dtype=torch.float32).mul_(gradient)
         rows = torch.cat([saved.sampled_ids, saved.targets])
         weight_rows = torch.cat([sampled_weight_gradient, true_weight_gradient])
         bias_rows = torch.cat([sampled_bias_gradient, true_gradient])

@@ -12,13 +12,11 @@ from elmo_plugin.kernels import choice, onednn, recorded_products
 from elmo_plugin.kernels.recorded_products import FORWARD, WEIGHT_GRADIENT, product_nt
 from elmo_plugin.kernels.roles import Role
 from elmo_plugin.modules.lstm_cell import LstmCellWithProjection
+from tests.helpers import needs_bfloat16
 from tests.kernels.test_choice import winning
 from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN linear")
-needs_bfloat16 = pytest.mark.skipif(
-    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()), reason="no bfloat16 products"
-)
 
 
 @needs_onednn

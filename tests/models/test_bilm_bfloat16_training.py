@@ -10,13 +10,9 @@ from elmo_plugin.kernels import onednn, recorded_products
 from elmo_plugin.kernels.recorded_products import BFLOAT16, FORWARD, product_nt
 from elmo_plugin.kernels.roles import Role
 from elmo_plugin.modules import recorded_recurrence
-from tests.helpers import BILM_SEED, BILM_TRAIN_TEXT
+from tests.helpers import BILM_SEED, BILM_TRAIN_TEXT, needs_bfloat16
 from tests.models.test_bilm import tiny_model
 
-needs_bfloat16 = pytest.mark.skipif(
-    not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
-    reason="this CPU or torch has no bfloat16 products",
-)
 
 
 def batch_of_windows(model):

@@ -3,11 +3,14 @@ import pytest
 import torch
 from allennlp.common.testing import AllenNlpTestCase
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo_plugin.kernels import onednn
+from elmo_plugin.kernels.recorded_products import bfloat16_products
 from elmo_plugin.models import sampled_softmax
 from elmo_plugin.models.candidate_sampler import log_uniform_without_replacement
 from elmo_plugin.models.sampled_softmax import FusedSampledSoftmaxLoss
+from tests.helpers import needs_bfloat16
 from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
 
 
@@ -36,6 +39,24 @@ def allennlps_and_ours(num_words: int, num_samples: int, sparse: bool, dtype=tor
             bias = loss.softmax_b.weight if sparse else loss.softmax_b
             bias.copy_(torch.linspace(-1.0, 1.0, bias.numel()).view_as(bias))
     return theirs.to(dtype), ours.to(dtype)
+
+
+class _NewTensors(TorchDispatchMode):
+    """The shapes of the tensors that the operations inside the block make (views excluded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        outputs = func(*args, **(kwargs or {}))
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
+        for output in outputs if isinstance(outputs, (tuple, list)) else [outputs]:
+            if isinstance(output, torch.Tensor) and not any(
+                output.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in inputs
+            ):
+                self.shapes.append(tuple(output.shape))
+        return outputs
 
 
 class TestFusedSampledSoftmaxLoss(AllenNlpTestCase):
@@ -88,3 +109,20 @@ class TestFusedSampledSoftmaxLoss(AllenNlpTestCase):
         # the logits, then the embeddings' gradient and the samples' weight gradient (transposed,
         # a tall narrow result); rows and inner sizes padded
         assert onednn_calls == [((80, 16), (300, 16)), ((80, 320), (16, 320)), ((16, 80), (300, 80))]
+
+    @pytest.mark.parametrize("precision, saved_dtype", [
+        ("float32", torch.float32),
+        pytest.param("bfloat16", torch.bfloat16, marks=needs_bfloat16),
+    ])
+    def test_the_logits_gradient_is_made_once_in_the_products_precision(self, precision, saved_dtype):
+        # The forward pass keeps d loss / d logits as the backward's products read it (bfloat16:
+        # half the memory); the backward pass makes no tensor of the logits' size.
+        _, ours = allennlps_and_ours(2000, 300, False)
+        numpy.random.seed(0)
+        with bfloat16_products(precision == "bfloat16"):
+            loss = ours(torch.randn(70, 16, requires_grad=True), torch.randint(0, 2000, (70,)))
+        logits_sized = [t for t in loss.grad_fn.saved_tensors if t.shape == (70, 300)]
+        assert [t.dtype for t in logits_sized] == [saved_dtype]
+        with _NewTensors() as made:
+            loss.backward()
+        assert made.shapes and (70, 300) not in made.shapes and (300, 70) not in made.shapes
