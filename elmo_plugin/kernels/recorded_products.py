@@ -222,8 +222,9 @@ class LinearWithGradients(torch.autograd.Function):
     def forward(
         ctx, inputs: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], role: Role
     ) -> torch.Tensor:
-        # (rows, in)
-        rows = inputs.reshape(-1, inputs.size(-1))
+        # (rows, in), as the forward and the weight gradient's products read them: in bfloat16,
+        # rounded once and kept at half the size
+        rows = product_operand(inputs.reshape(-1, inputs.size(-1)))
         ctx.save_for_backward(rows, weight)
         ctx.role, ctx.inputs_shape, ctx.has_bias = role, inputs.shape, bias is not None
         ctx.precision = _precision
@@ -235,17 +236,18 @@ class LinearWithGradients(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, gradient: torch.Tensor):
         rows, weight = ctx.saved_tensors
-        # (rows, out)
+        # (rows, out), as both products read it (in bfloat16, rounded once for the two)
         gradient = gradient.reshape(-1, gradient.size(-1))
+        operand = product_operand(gradient, ctx.precision)
         inputs_gradient = weight_gradient = bias_gradient = None
         if ctx.needs_input_grad[0]:
             # (rows, out) x (out, in)
             inputs_gradient = product_nt(
-                ctx.role, INPUT_GRADIENT, gradient, weight.t(), precision=ctx.precision
+                ctx.role, INPUT_GRADIENT, operand, weight.t(), precision=ctx.precision
             ).view(ctx.inputs_shape)
         if ctx.needs_input_grad[1]:
             # (out, rows) x (rows, in)
-            weight_gradient = product_nt(ctx.role, WEIGHT_GRADIENT, gradient.t(), rows.t(), precision=ctx.precision)
+            weight_gradient = product_nt(ctx.role, WEIGHT_GRADIENT, operand.t(), rows.t(), precision=ctx.precision)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             bias_gradient = gradient.sum(dim=0)
         return inputs_gradient, weight_gradient, bias_gradient, None

@@ -160,7 +160,9 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         # by the actual one). Made here, where the softmax is still float32, in the precision
         # the backward's products read: those products and the bias's sum read it as it is,
         # with no float32 copy of its own made and rounded again in the backward pass.
+        del logits  # not read again: freed before the gradient is made (the forward pass's peak)
         logits_gradient = _rescaled_rows(probabilities, (samples_logsumexp - logsumexp).exp_(), current_precision())
+        del probabilities  # in bfloat16, the float32 copy; in float32, `logits_gradient` itself
         logits_gradient[masked_rows, masked_columns] = 0.0  # a masked logit is a constant
         ctx.save_for_backward(
             *_Saved(

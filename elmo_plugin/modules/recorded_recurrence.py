@@ -16,6 +16,7 @@ from elmo_plugin.kernels.recorded_products import (
     INPUT_GRADIENT,
     WEIGHT_GRADIENT,
     current_precision,
+    operand_dtype,
     product_nt,
     product_operand,
 )
@@ -45,6 +46,26 @@ class RecordedSteps:
 
     def __init__(self, timesteps: int) -> None:
         self.steps: List[Optional[StepValues]] = [None] * timesteps
+
+
+class _StepOperand:
+    """
+    A gradient that each step's product reads in part and its weight's gradient reads whole, as
+    those products read it: the gradient itself, or in bfloat16 a copy that `rows` rounds step
+    by step (each value once, instead of once per product).
+    """
+
+    def __init__(self, gradient: torch.Tensor, precision: str) -> None:
+        self._gradient = gradient
+        dtype = operand_dtype(gradient, precision)
+        self.whole = gradient if dtype is gradient.dtype else torch.empty_like(gradient, dtype=dtype)
+
+    def rows(self, step_rows: slice) -> torch.Tensor:
+        """The step's rows, once the step has written them into the gradient."""
+        rows = self.whole[step_rows]
+        if self.whole is not self._gradient:
+            rows.copy_(self._gradient[step_rows])
+        return rows
 
 
 class RecordedRecurrence(torch.autograd.Function):
@@ -113,6 +134,9 @@ class RecordedRecurrence(torch.autograd.Function):
         # (real tokens, 4 * cell) and (real tokens, hidden), time-major as `projected_inputs`
         gates_gradient = outputs_gradient.new_empty(sum(active_rows_at), 4 * cell_size)
         unclipped_state_gradient = outputs_gradient.new_empty(sum(active_rows_at), cell.hidden_size)
+        # As the products read them (each step's in part, the weight's gradient whole)
+        gates_operand = _StepOperand(gates_gradient, precision)
+        unclipped_state_operand = _StepOperand(unclipped_state_gradient, precision)
         step_starts = numpy.cumsum([0] + active_rows_at[:-1]).tolist()
         timesteps = len(active_rows_at)
         for index in reversed(range(timesteps)) if cell.go_forward else range(timesteps):
@@ -133,7 +157,11 @@ class RecordedRecurrence(torch.autograd.Function):
                 d_state.mul_(step.state_within_clip)
             # (active_rows, cell)
             d_output_memory = product_nt(
-                Role.LSTM_PROJECTION, INPUT_GRADIENT, d_state, step_projection_weight, precision=precision
+                Role.LSTM_PROJECTION,
+                INPUT_GRADIENT,
+                unclipped_state_operand.rows(step_rows),
+                step_projection_weight,
+                precision=precision,
             )
             input_gate, forget_gate, memory_init, output_gate = step.gates
             d_memory = memory_gradient[:active_rows] + _tanh_backward(
@@ -150,7 +178,11 @@ class RecordedRecurrence(torch.autograd.Function):
             _sigmoid_backward_into(d_output_memory * step.squashed_memory, output_gate, grad_input=d_output)
             torch.mul(d_memory, forget_gate, out=memory_gradient[:active_rows])
             state_gradient[:active_rows] = product_nt(
-                Role.LSTM_RECURRENT, INPUT_GRADIENT, step_gates_gradient, step_state_weight, precision=precision
+                Role.LSTM_RECURRENT,
+                INPUT_GRADIENT,
+                gates_operand.rows(step_rows),
+                step_state_weight,
+                precision=precision,
             )
         # Each weight's gradient over all steps at once, in the time-major row order.
         recorded = [steps[index] for index in range(timesteps) if active_rows_at[index] > 0]
@@ -164,13 +196,13 @@ class RecordedRecurrence(torch.autograd.Function):
             state_gradient,
             memory_gradient,
             product_nt(
-                Role.LSTM_RECURRENT, WEIGHT_GRADIENT, gates_gradient.t(), previous_states.t(), precision=precision
+                Role.LSTM_RECURRENT, WEIGHT_GRADIENT, gates_operand.whole.t(), previous_states.t(), precision=precision
             ),
             gates_gradient.sum(dim=0),
             product_nt(
                 Role.LSTM_PROJECTION,
                 WEIGHT_GRADIENT,
-                unclipped_state_gradient.t(),
+                unclipped_state_operand.whole.t(),
                 output_memories.t(),
                 precision=precision,
             ),

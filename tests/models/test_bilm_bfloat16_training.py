@@ -7,7 +7,13 @@ from allennlp.data import Batch
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.kernels import onednn, recorded_products
-from elmo_plugin.kernels.recorded_products import BFLOAT16, FORWARD, product_nt
+from elmo_plugin.kernels.recorded_products import (
+    BFLOAT16,
+    FORWARD,
+    INPUT_GRADIENT,
+    WEIGHT_GRADIENT,
+    product_nt,
+)
 from elmo_plugin.kernels.roles import Role
 from elmo_plugin.modules import recorded_recurrence
 from tests.helpers import BILM_SEED, BILM_TRAIN_TEXT, needs_bfloat16
@@ -102,3 +108,27 @@ def test_the_lstm_steps_read_their_weights_rounded_once_per_pass(monkeypatch):
     assert parts == {(role, part) for role in (Role.LSTM_RECURRENT, Role.LSTM_PROJECTION)
                      for part in (FORWARD, recorded_products.INPUT_GRADIENT)}
     assert {dtype for _, _, dtype in read} == {torch.bfloat16}
+
+
+@needs_bfloat16
+def test_a_gradient_that_several_products_read_is_rounded_once(monkeypatch):
+    read = []
+
+    def recording_product_nt(role, part, a, b, *args, **kwargs):
+        read.append((role, part, a.dtype, a.untyped_storage().data_ptr()))
+        return product_nt(role, part, a, b, *args, **kwargs)
+
+    for module in (recorded_recurrence, recorded_products):  # the LSTM's steps, the other layers
+        monkeypatch.setattr(module, "product_nt", recording_product_nt)
+    torch.manual_seed(BILM_SEED)
+    model = tiny_model(dropout=0.0, training_precision="bfloat16")
+    model(**batch_of_windows(model))["loss"].backward()
+    # Every weight gradient reads a bfloat16 gradient, the one (the same memory) that the
+    # input gradient's products of that layer read: rounded once, not once per product.
+    weight_gradients = [(role, dtype, memory) for role, part, dtype, memory in read if part == WEIGHT_GRADIENT]
+    input_gradients = {(role, memory) for role, part, dtype, memory in read if part == INPUT_GRADIENT}
+    assert {role for role, _, _ in weight_gradients} >= {
+        Role.LSTM_INPUT, Role.LSTM_RECURRENT, Role.LSTM_PROJECTION, Role.HIGHWAY, Role.CHAR_PROJECTION
+    }
+    assert {dtype for _, dtype, _ in weight_gradients} == {torch.bfloat16}
+    assert all((role, memory) in input_gradients for role, _, memory in weight_gradients)
