@@ -150,8 +150,9 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         # softmax(Z) = exp(Z - logsumexp(Z)), so its largest entry is 1 / sum(exp(Z - max Z)):
         # logsumexp(Z) without a pass of its own (torch.logsumexp makes several).
         maxima = logits.amax(dim=1)
-        # (N, S)
-        probabilities = torch.softmax(logits, dim=1)
+        # (N, S), in place: the logits are not read again, and the two would be the forward
+        # pass's largest tensors together (torch's softmax reads each row before writing it)
+        probabilities = torch.softmax(logits, dim=1, out=logits)
         samples_logsumexp = maxima - probabilities.amax(dim=1).log()
         # (N,)
         logsumexp = torch.logaddexp(true_logits, samples_logsumexp)
@@ -160,9 +161,8 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         # by the actual one). Made here, where the softmax is still float32, in the precision
         # the backward's products read: those products and the bias's sum read it as it is,
         # with no float32 copy of its own made and rounded again in the backward pass.
-        del logits  # not read again: freed before the gradient is made (the forward pass's peak)
         logits_gradient = _rescaled_rows(probabilities, (samples_logsumexp - logsumexp).exp_(), current_precision())
-        del probabilities  # in bfloat16, the float32 copy; in float32, `logits_gradient` itself
+        del logits, probabilities  # in bfloat16, the float32 tensor; in float32, `logits_gradient` itself
         logits_gradient[masked_rows, masked_columns] = 0.0  # a masked logit is a constant
         ctx.save_for_backward(
             *_Saved(
