@@ -150,9 +150,10 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         # softmax(Z) = exp(Z - logsumexp(Z)), so its largest entry is 1 / sum(exp(Z - max Z)):
         # logsumexp(Z) without a pass of its own (torch.logsumexp makes several).
         maxima = logits.amax(dim=1)
-        # (N, S), in place: the logits are not read again, and the two would be the forward
-        # pass's largest tensors together (torch's softmax reads each row before writing it)
-        probabilities = torch.softmax(logits, dim=1, out=logits)
+        # (N, S), on the CPU in place: the logits are not read again, and the two would be the
+        # forward pass's largest tensors together. torch's CPU softmax reads each row before
+        # writing it (the tests compare with AllenNLP's); other devices get a new tensor.
+        probabilities = torch.softmax(logits, dim=1, out=logits if logits.device.type == "cpu" else None)
         samples_logsumexp = maxima - probabilities.amax(dim=1).log()
         # (N,)
         logsumexp = torch.logaddexp(true_logits, samples_logsumexp)
