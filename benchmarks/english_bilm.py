@@ -34,7 +34,14 @@ from typing import List
 import torch
 from allennlp.models.archival import load_archive
 
-from train_bilm import SHARED_DATA, WINDOW_SIZE, brown_sentences, print_test_perplexities, write_lines
+from train_bilm import (
+    SHARED_DATA,
+    TRAINING_PRECISIONS,
+    WINDOW_SIZE,
+    brown_sentences,
+    print_test_perplexities,
+    write_lines,
+)
 
 RAW_CORPORA = ("abc.zip", "webtext.zip", "state_union.zip")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(]?[A-Z])")
@@ -153,7 +160,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["prepare", "evaluate", "reading"])
     parser.add_argument("directory")
-    parser.add_argument("--precision", default="bfloat16", choices=["float32", "bfloat16"])
+    parser.add_argument("--precision", default="bfloat16", choices=TRAINING_PRECISIONS)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--run", default="run", help="the training run's directory, under `directory`")

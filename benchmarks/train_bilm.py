@@ -53,6 +53,7 @@ from allennlp.training.util import evaluate
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.kernels import allocation, onednn
+from elmo_plugin.kernels.recorded_products import TRAINING_PRECISIONS
 from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.weights.options import ElmoOptions
@@ -435,7 +436,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="perplexity: the model's and the data order's seed")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
-    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"],
+    parser.add_argument("--precision", default="float32", choices=TRAINING_PRECISIONS,
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
     parser.add_argument("--device", default="cpu", help="speed: cpu, or cuda[:N] (float32 with TF32 off)")
     parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURE_OPTIONS),

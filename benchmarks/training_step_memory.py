@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.profiler._memory_profiler import Action
 
 sys.path.insert(0, os.path.dirname(__file__))
-from train_bilm import ARCHITECTURE_OPTIONS, brown_training  # noqa: E402
+from train_bilm import ARCHITECTURE_OPTIONS, TRAINING_PRECISIONS, brown_training  # noqa: E402
 
 _PACKAGE_PATH = "elmo_plugin/"
 
@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=6, help="steps run before the measured one")
     parser.add_argument("--architecture", default="small", choices=sorted(ARCHITECTURE_OPTIONS))
-    parser.add_argument("--precision", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--precision", default="float32", choices=TRAINING_PRECISIONS)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=20, help="groups printed, largest first")
     args = parser.parse_args()

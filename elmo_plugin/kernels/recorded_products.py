@@ -197,7 +197,7 @@ def product_nt(
     """
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype in _BFLOAT16_INPUTS:
         # Chosen like float32's among the same kernels (which is fastest differs: BENCHMARKS.md).
-        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        a, b = product_operand(a, BFLOAT16), product_operand(b, BFLOAT16)
         outputs = _product(_kernel(role, part, a, b, None), a, b, None)
         # With a bias, converted to float32 inside the addition: one pass over the result.
         return outputs.float() if bias is None else torch.add(bias, outputs)

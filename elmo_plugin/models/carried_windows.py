@@ -72,10 +72,15 @@ class CarriedWindowState:
 
     def recovery_state(self) -> Dict[str, Any]:
         """Both modes' carried states and steps, as a checkpoint holds them."""
-        return {
-            name: None if self._carried[mode] is None else (*self._carried[mode][0], self._carried[mode][1])
-            for mode, name in _MODE_NAMES
-        }
+        return {name: self._saved_form(self._carried[mode]) for mode, name in _MODE_NAMES}
+
+    @staticmethod
+    def _saved_form(carried: Optional[Tuple[LstmState, int]]) -> Optional[Tuple[torch.Tensor, torch.Tensor, int]]:
+        """`(state, memory, step)`, or `None` where nothing is carried."""
+        if carried is None:
+            return None
+        (state, memory), step = carried
+        return state, memory, step
 
     def restore(self, state: Dict[str, Any]) -> None:
         """Continues from `recovery_state()` as a checkpoint saved it."""
