@@ -6,6 +6,7 @@ from typing import Any, Dict
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo_plugin.kernels import onednn
 from elmo_plugin.weights.pretrained import SMALL_OPTIONS
@@ -80,3 +81,22 @@ needs_bfloat16 = pytest.mark.skipif(
     not (onednn.available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()),
     reason="this CPU or torch has no bfloat16 products",
 )
+
+
+class NewTensors(TorchDispatchMode):
+    """The shapes and dtypes of the tensors that the operations inside the block make (views
+    excluded)."""
+
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        outputs = func(*args, **(kwargs or {}))
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
+        for output in outputs if isinstance(outputs, (tuple, list)) else [outputs]:
+            if isinstance(output, torch.Tensor) and not any(
+                output.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in inputs
+            ):
+                self.made.append((tuple(output.shape), output.dtype))
+        return outputs

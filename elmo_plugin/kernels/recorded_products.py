@@ -186,6 +186,7 @@ def product_nt(
     b: torch.Tensor,
     bias: Optional[torch.Tensor] = None,
     precision: Optional[str] = None,
+    float32_result: bool = True,
 ) -> torch.Tensor:
     """
     `a @ b^T (+ bias)` for 2-D operands of any strides, not recorded by autograd, with the
@@ -194,13 +195,17 @@ def product_nt(
     else is `functional.linear`.
     `precision`: `"bfloat16"` for bfloat16 operands (a float32 result); by default the current
     one (`bfloat16_products`). `a` and `b` may already be that precision's `product_operand`.
+    `float32_result=False` (without a bias): a bfloat16 product's result as it comes, in
+    bfloat16, for a caller that only compares its values (the char CNN's maxima).
     """
     if (precision or _precision) == BFLOAT16 and a.device.type == "cpu" and a.dtype in _BFLOAT16_INPUTS:
         # Chosen like float32's among the same kernels (which is fastest differs: BENCHMARKS.md).
         a, b = product_operand(a, BFLOAT16), product_operand(b, BFLOAT16)
         outputs = _product(_kernel(role, part, a, b, None), a, b, None)
-        # With a bias, converted to float32 inside the addition: one pass over the result.
-        return outputs.float() if bias is None else torch.add(bias, outputs)
+        if bias is not None:
+            # Converted to float32 inside the addition: one pass over the result.
+            return torch.add(bias, outputs)
+        return outputs.float() if float32_result else outputs
     if (
         a.device.type != "cpu"
         or a.dtype is not torch.float32

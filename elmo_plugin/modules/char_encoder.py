@@ -2,7 +2,7 @@
 ELMo's context-free token encoder: character embeddings, a character CNN with max-pooling,
 highway layers and a linear projection to the LSTM input size.
 """
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.modules.highway import Highway
 
 from elmo_plugin.kernels.products import Kernels, Role
-from elmo_plugin.kernels.recorded_products import FORWARD, product_nt
+from elmo_plugin.kernels.recorded_products import FORWARD, product_nt, product_operand
 from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.modules.token_layer import ElmoTokenEncoder
 from elmo_plugin.weights import layout
@@ -28,9 +28,23 @@ TOKENS_PER_CNN_CHUNK = 512
 # of its own (2 n_filters x n_filters per highway layer) that is then summed. Over long runs the
 # C heap grew least with this size of those tried (BENCHMARKS.md, "Training memory").
 TOKENS_PER_TRAINING_CHUNK = 1024
-# Training: the bytes of one chunk's products, which the maxima read again (a few MB: the L2 and
-# L3 caches).
+# Training: the bytes of one chunk's products, read by the max-pooling while they are still in
+# the caches (a few MB: L2 and L3).
 _CNN_TRAINING_CHUNK_BYTES = 4 * 2**20
+
+
+def _maxima_and_windows(products: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """
+    `(tokens, windows, out_channels)` -> each filter's maximum over the windows and the window
+    that reaches it (the first of tied ones), both `(tokens, out_channels)`. Read as a
+    channels-last image `(tokens, out_channels, 1, windows)`, where PyTorch's max-pooling runs
+    along the channels and finds maxima and positions in one pass: several times faster than
+    `amax` over this middle axis followed by a comparison (BENCHMARKS.md).
+    """
+    num_tokens, num_windows, out_channels = products.shape
+    image = products.reshape(num_tokens, 1, num_windows, out_channels).permute(0, 3, 1, 2)
+    maxima, windows = torch.nn.functional.max_pool2d(image, kernel_size=(1, num_windows), return_indices=True)
+    return maxima.reshape(num_tokens, out_channels), windows.reshape(num_tokens, out_channels)
 
 
 class ConvolveAndMaxPool(torch.autograd.Function):
@@ -51,7 +65,9 @@ class ConvolveAndMaxPool(torch.autograd.Function):
     bilm-tf (TensorFlow's `reduce_max`) splits a maximum's gradient among the windows that tie
     for it, `torch.max` (AllenNLP) gives it to one; ties come from identical windows (the
     padding after a short token), which hold the same characters, so both give the same
-    parameter gradients as the one window taken here.
+    parameter gradients as the one window taken here. (Products rounded to bfloat16 can also
+    tie between different windows; the last of them takes the gradient, one of the maximum's
+    subgradients.)
     """
 
     @staticmethod
@@ -59,38 +75,33 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         num_tokens, num_characters = character_ids.shape
         out_channels, char_dim, width = filters.shape
         num_windows = num_characters - width + 1
-        flat_filters = filters.reshape(out_channels, -1)
+        # As the products read them (bfloat16 products: rounded once here, not per chunk; the
+        # rows then come out of the table already rounded)
+        flat_filters = product_operand(filters.reshape(out_channels, -1))
+        table_rows = product_operand(table)
         code_dtype = torch.uint8 if num_windows <= 256 else torch.int32
-        # (1, windows, 1): each window's position, exact in float32
-        window_codes = torch.arange(num_windows, dtype=filters.dtype, device=filters.device).view(1, -1, 1)
-        # A few tokens at a time, so that a chunk's products stay in the cache for the maximum
-        # and the comparisons that read them again (the widest filters' products are ~180 kB
-        # per token).
-        chunk = max(1, _CNN_TRAINING_CHUNK_BYTES // (num_windows * out_channels * filters.element_size()))
-        # (tokens, windows, out_channels): where a window reaches its maximum, as 1.0 or 0.0
-        reaches_maximum = filters.new_empty(min(chunk, num_tokens), num_windows, out_channels)
+        # A few tokens at a time: the products of all tokens at once would be the step's largest
+        # tensor (the widest filters' are ~180 kB per token in float32).
+        chunk = max(1, _CNN_TRAINING_CHUNK_BYTES // (num_windows * out_channels * flat_filters.element_size()))
         maxima, windows = [], []
         for ids in character_ids.split(chunk):
-            # (tokens, windows, char_dim x width): the layout of the flattened filters
+            # (tokens, windows, char_dim x width), the windows from the last: the layout of the
+            # flattened filters, in the order where max-pooling's first of tied maxima is the
+            # last window (the rule above)
             rows = (
-                torch.nn.functional.embedding(ids, table)
+                torch.nn.functional.embedding(ids, table_rows)
                 .unfold(1, width, 1)
+                .flip(1)
                 .reshape(ids.size(0) * num_windows, char_dim * width)
             )
-            # (tokens, windows, out_channels)
-            products = product_nt(Role.CHAR_CNN, FORWARD, rows, flat_filters).view(ids.size(0), num_windows, -1)
-            # (tokens, 1, out_channels)
-            chunk_maxima = products.amax(dim=1, keepdim=True)
-            maxima.append(chunk_maxima.squeeze(1))
-            # (tokens, out_channels): a window reaching its maximum (the last of tied ones) as
-            # the largest position among them. The comparison writes float32: into a bool tensor
-            # it was 5-6x slower, and `torch.max` with positions is several times slower over
-            # this middle axis (BENCHMARKS.md).
-            flags = torch.eq(products, chunk_maxima, out=reaches_maximum[: ids.size(0)])
-            windows.append(flags.mul_(window_codes).amax(dim=1).to(code_dtype))
-        windows = torch.cat(windows)
-        ctx.save_for_backward(character_ids, table, filters, windows)
-        return torch.cat(maxima)
+            # (tokens x windows, out_channels); bfloat16 products left in bfloat16: converting
+            # them changes neither the maxima nor where they are.
+            products = product_nt(Role.CHAR_CNN, FORWARD, rows, flat_filters, float32_result=False)
+            chunk_maxima, windows_from_last = _maxima_and_windows(products.view(ids.size(0), num_windows, out_channels))
+            maxima.append(chunk_maxima)
+            windows.append((num_windows - 1 - windows_from_last).to(code_dtype))
+        ctx.save_for_backward(character_ids, table, filters, torch.cat(windows))
+        return torch.cat(maxima).to(filters.dtype)
 
     @staticmethod
     def backward(ctx, gradient: torch.Tensor):

@@ -3,14 +3,13 @@ import pytest
 import torch
 from allennlp.common.testing import AllenNlpTestCase
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from elmo_plugin.kernels import onednn
 from elmo_plugin.kernels.recorded_products import bfloat16_products
 from elmo_plugin.models import sampled_softmax
 from elmo_plugin.models.candidate_sampler import log_uniform_without_replacement
 from elmo_plugin.models.sampled_softmax import FusedSampledSoftmaxLoss
-from tests.helpers import needs_bfloat16
+from tests.helpers import NewTensors, needs_bfloat16
 from tests.kernels.test_onednn import onednn_calls  # noqa: F401 (a fixture)
 
 
@@ -39,25 +38,6 @@ def allennlps_and_ours(num_words: int, num_samples: int, sparse: bool, dtype=tor
             bias = loss.softmax_b.weight if sparse else loss.softmax_b
             bias.copy_(torch.linspace(-1.0, 1.0, bias.numel()).view_as(bias))
     return theirs.to(dtype), ours.to(dtype)
-
-
-class _NewTensors(TorchDispatchMode):
-    """The shapes and dtypes of the tensors that the operations inside the block make (views
-    excluded)."""
-
-    def __init__(self):
-        super().__init__()
-        self.made = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        outputs = func(*args, **(kwargs or {}))
-        inputs = [a for a in args if isinstance(a, torch.Tensor)]
-        for output in outputs if isinstance(outputs, (tuple, list)) else [outputs]:
-            if isinstance(output, torch.Tensor) and not any(
-                output.untyped_storage().data_ptr() == a.untyped_storage().data_ptr() for a in inputs
-            ):
-                self.made.append((tuple(output.shape), output.dtype))
-        return outputs
 
 
 class TestFusedSampledSoftmaxLoss(AllenNlpTestCase):
@@ -121,14 +101,14 @@ class TestFusedSampledSoftmaxLoss(AllenNlpTestCase):
         # rounded once, half the memory); the backward pass makes no tensor of that size.
         _, ours = allennlps_and_ours(2000, 300, False)
         numpy.random.seed(0)
-        with _NewTensors() as made_forward, bfloat16_products(precision == "bfloat16"):
+        with NewTensors() as made_forward, bfloat16_products(precision == "bfloat16"):
             loss = ours(torch.randn(70, 16, requires_grad=True), torch.randint(0, 2000, (70,)))
         # (oneDNN's products make rows padded to a multiple of 16: (80, 300))
         logits_sized = [dtype for shape, dtype in made_forward.made if shape in ((70, 300), (80, 300))]
         assert logits_sized.count(torch.float32) == 1
         saved = [t.dtype for t in loss.grad_fn.saved_tensors if t.shape == (70, 300)]
         assert saved == [saved_dtype]
-        with _NewTensors() as made_backward:
+        with NewTensors() as made_backward:
             loss.backward()
         shapes = [shape for shape, _ in made_backward.made]
         assert shapes and (70, 300) not in shapes and (300, 70) not in shapes

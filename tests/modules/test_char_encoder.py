@@ -4,7 +4,8 @@ import torch
 from elmo_plugin import batch_to_ids
 from elmo_plugin.modules.char_encoder import ElmoCharacterEncoder
 from elmo_plugin.weights.options import ElmoOptions
-from tests.helpers import ELMO_OPTIONS_FILE
+from elmo_plugin.kernels.recorded_products import bfloat16_products
+from tests.helpers import ELMO_OPTIONS_FILE, NewTensors, needs_bfloat16
 
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["the", "dog"], ["a", "cat", "!"]]
 
@@ -197,3 +198,33 @@ def test_training_and_inference_give_the_same_token_vectors():
         inference_path = encoder.embed_tokens(character_ids)
     assert trained_path.requires_grad and not inference_path.requires_grad
     assert torch.allclose(trained_path, inference_path, atol=1e-12, rtol=0)
+
+
+def test_a_maximum_that_different_windows_tie_for_gives_its_gradient_to_the_last_of_them():
+    from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
+
+    # Characters 1 and 2 give the one width-1 filter the same value (products rounded to
+    # bfloat16 tie like this far more often than float32's); the padding character 3 less.
+    table = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]], requires_grad=True)
+    filters = torch.ones(1, 2, 1)
+    ConvolveAndMaxPool.apply(torch.tensor([[1, 2, 3, 3]]), table, filters).sum().backward()
+    assert table.grad[:, 0].tolist() == [0.0, 0.0, 1.0, 0.0]
+
+
+@needs_bfloat16
+def test_bfloat16_products_are_max_pooled_as_they_come_without_a_float32_copy():
+    from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
+
+    character_ids = _character_ids_with_padding(40)
+    table = torch.randn(262, 4, requires_grad=True)
+    filters = torch.randn(16, 4, 7, requires_grad=True)
+    with NewTensors() as made, bfloat16_products():
+        pooled = ConvolveAndMaxPool.apply(character_ids, table, filters)
+    # (tokens x windows, out_channels), oneDNN's rows padded (to 1,792)
+    products_sized = [dtype for shape, dtype in made.made if shape[1:] == (16,) and shape[0] >= 40 * 44]
+    assert products_sized and torch.float32 not in products_sized
+    assert pooled.dtype == torch.float32
+    # The same maxima as float32's products rounded from the same bfloat16 operands give.
+    rounded_table, rounded_filters = table.detach().bfloat16().float(), filters.detach().bfloat16().float()
+    reference = _dense_convolve_and_max_pool(character_ids, rounded_table, rounded_filters, split_ties=False)
+    assert torch.allclose(pooled, reference, rtol=2**-8, atol=0)
