@@ -148,9 +148,11 @@ class Kernels:
             self._precision = current
 
     def tanh(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The LSTM cell's `tanh`: `approximate_tanh` in reduced precision on the CPU, else
-        PyTorch's (on a GPU its own is one kernel launch, the approximation three)."""
-        if self._precision == FLOAT32 or inputs.device.type != "cpu":
+        """The LSTM cell's `tanh`: `approximate_tanh` on the CPU in reduced precision and in
+        bfloat16 training (whose products round far more than its error), else PyTorch's (on a
+        GPU its own is one kernel launch, the approximation three)."""
+        float32_everywhere = self._precision == FLOAT32 and recorded_products.current_precision() == FLOAT32
+        if float32_everywhere or inputs.device.type != "cpu":
             return torch.tanh(inputs)
         return approximate_tanh(inputs)
 

@@ -5,7 +5,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import Elmo, ElmoBiLm, batch_to_ids
-from elmo_plugin.kernels import onednn
+from elmo_plugin.kernels import onednn, recorded_products
 from elmo_plugin.kernels.products import Kernels, Role
 from elmo_plugin.kernels.reduced_precision import PackedLinear
 from tests.helpers import CARRIED_STATE_BATCHES, ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
@@ -116,8 +116,9 @@ def test_bfloat16_results_are_converted_inside_the_addition_or_kept():
 def test_the_cells_tanh_is_torchs_in_float32_and_approximated_in_reduced_precision():
     values = torch.linspace(-12.0, 12.0, 20001)
     assert torch.equal(Kernels().tanh(values), torch.tanh(values))
-    for precision in ("bfloat16", "int8"):
-        approximate = Kernels(precision).tanh(values)
+    with recorded_products.bfloat16_products():  # bfloat16 training
+        in_bfloat16_training = Kernels().tanh(values)
+    for approximate in [in_bfloat16_training] + [Kernels(precision).tanh(values) for precision in ("bfloat16", "int8")]:
         assert not torch.equal(approximate, torch.tanh(values))
         # Far below bfloat16's rounding (2^-8 relative), and bounded like tanh.
         torch.testing.assert_close(approximate, torch.tanh(values), rtol=0, atol=5e-7)
