@@ -113,7 +113,7 @@ def test_bfloat16_results_are_converted_inside_the_addition_or_kept():
         assert kernels.product(Role.HIGHWAY, highway)(inputs).dtype == torch.float32
 
 
-def test_the_cells_tanh_is_torchs_in_float32_and_approximated_in_reduced_precision():
+def test_the_cells_tanh_is_torchs_in_float32_and_approximated_in_reduced_precision_and_bfloat16_training():
     values = torch.linspace(-12.0, 12.0, 20001)
     assert torch.equal(Kernels().tanh(values), torch.tanh(values))
     with recorded_products.bfloat16_products():  # bfloat16 training
