@@ -72,15 +72,10 @@ def instrument(times: ExclusiveTimes, model) -> None:
         for method in ("forward", "backward"):
             setattr(function, method, staticmethod(times.timed(f"{name} {method}", getattr(function, method))))
     recorded_products._product = times.timed(PRODUCTS, recorded_products._product)
-    # What the forward pass does outside those functions, by module
-    parts = {
-        "forward, rest: token embedder": (model._bilm._token_embedder, "embed_tokens"),
-        "forward, rest: LSTM stack": (model._bilm.lstm, "forward_with_state"),
-        "forward, rest: softmax module": (model._softmax_loss, "forward"),
-        "forward, rest: model": (model, "forward"),
-    }
-    for label, (module, method) in parts.items():
-        setattr(module, method, times.timed(label, getattr(module, method)))
+    # What the forward pass does outside those functions, by part
+    parts = dict(train_bilm.forward_parts(model), model=(model, "forward"))
+    for name, (module, method) in parts.items():
+        setattr(module, method, times.timed(f"forward, rest: {name}", getattr(module, method)))
     backward = torch.Tensor.backward
     torch.Tensor.backward = lambda tensor, *args, **kwargs: times.timed("backward, rest: autograd", backward)(
         tensor, *args, **kwargs

@@ -245,14 +245,20 @@ def train_on_brown(directory: str, streams: int, **settings):
     return model, vocabulary, list(steps), train_path, heldout_path
 
 
+def forward_parts(model: ElmoBiLmModel) -> Dict[str, Tuple[torch.nn.Module, str]]:
+    """The forward pass's three parts, by name: the module and the name of the method that
+    runs each (what the profile labels and `step_regions.py` times)."""
+    return {"char CNN + highway + projection": (model._bilm._token_embedder, "embed_tokens"),
+            "LSTM stack": (model._bilm.lstm, "forward_with_state"),
+            "sampled softmax": (model._softmax_loss, "forward")}
+
+
 def labelled_forward_parts(model: ElmoBiLmModel) -> None:
     """Profiler labels around the forward of the token layer, the LSTM stack and the sampled
     softmax (their backward shows under `step: backward`, by operator)."""
     record = torch.autograd.profiler.record_function
-    parts = {"forward: char CNN + highway + projection": (model._bilm._token_embedder, "embed_tokens"),
-             "forward: LSTM stack": (model._bilm.lstm, "forward_with_state"),
-             "forward: sampled softmax": (model._softmax_loss, "forward")}
-    for label, (module, method_name) in parts.items():
+    for name, (module, method_name) in forward_parts(model).items():
+        label = f"forward: {name}"
         method = getattr(module, method_name)
 
         def labelled(*args, label=label, method=method, **kwargs):

@@ -106,7 +106,7 @@ def test_the_lstm_steps_read_their_weights_rounded_once_per_pass(monkeypatch):
     # not float32 weights rounded again at each step.
     parts = {(role, part) for role, part, _ in read}
     assert parts == {(role, part) for role in (Role.LSTM_RECURRENT, Role.LSTM_PROJECTION)
-                     for part in (FORWARD, recorded_products.INPUT_GRADIENT)}
+                     for part in (FORWARD, INPUT_GRADIENT)}
     assert {dtype for _, _, dtype in read} == {torch.bfloat16}
 
 
