@@ -7,6 +7,9 @@ Float32 here means float32: TF32, which cuDNN's convolutions use by default, is 
 since its 10-bit mantissa is far outside the 1e-6 that the TensorFlow fixture demands.
 """
 import json
+import os
+import subprocess
+import sys
 
 import numpy
 import pytest
@@ -25,8 +28,11 @@ from tests.helpers import (
     ELMO_OPTIONS_FILE,
     ELMO_WEIGHT_FILE,
     ORACLE_ARCHITECTURES,
+    REPO_ROOT,
     bilm_data_overrides,
 )
+from tests.inference.test_embed_file import read_hdf5
+from tests.inference.test_workers import LINES, OPTIONS, assert_identical
 from tests.modules.oracle import (
     check_bilm_equals_allennlp,
     check_elmo_gradients_equal_allennlp,
@@ -190,3 +196,24 @@ def test_the_configs_optimizer_steps_on_the_gpu():
     model(torch.ones(2, 4, device=CUDA)).sum().backward()
     optimizer.step()
     assert not torch.equal(before, model.weight)
+
+
+def test_workers_on_the_gpu_write_what_one_gpu_process_writes(tmp_path):
+    input_path = tmp_path / "input.txt"
+    input_path.write_text("\n".join(LINES) + "\n")
+    embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, cuda_device=0)
+    embedder.embed_file(str(input_path), str(tmp_path / "one.hdf5"), **OPTIONS)
+    expected = read_hdf5(tmp_path / "one.hdf5")
+    embedder.embed_file(str(input_path), str(tmp_path / "two.hdf5"), num_workers=2, **OPTIONS)
+    assert_identical(tmp_path / "two.hdf5", expected)
+    assert embedder.device == torch.device("cuda", 0)  # back on its GPU after the workers
+    # The same through torchrun, each process on its LOCAL_RANK-th GPU after --cuda-device.
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "elmo_plugin", "elmo",
+         str(input_path), str(tmp_path / "launched.hdf5"), "--all", "--deterministic", "--cuda-device", "0",
+         "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
+         "--chunk-size", str(OPTIONS["chunk_size"]), "--batch-size", str(OPTIONS["batch_size"])],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert_identical(tmp_path / "launched.hdf5", expected)

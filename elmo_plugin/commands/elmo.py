@@ -91,8 +91,10 @@ class ElmoCommand(Subcommand):
         subparser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE,
                                help="lines per chunk: the unit of sorting and of resuming")
         subparser.add_argument("--num-workers", type=int, default=1,
-                               help="local worker processes sharing the chunks (CPU, deterministic "
-                               "mode); under torchrun leave it at 1: the launched processes share them")
+                               help="local worker processes sharing the chunks (deterministic mode; "
+                               "with --cuda-device D, worker i computes on GPU D+i, round the "
+                               "machine's GPUs); under torchrun leave it at 1: the launched "
+                               "processes share them")
         subparser.add_argument("--shard-size", type=_byte_count, default=None,
                                help="write the vectors into shards of about this size (e.g. 2G, "
                                "500M) beside the output, which links to them and reads as one file")

@@ -132,6 +132,11 @@ class ElmoEmbedder:
         """Where the biLM is (client code such as flair moves `elmo_bilm` itself)."""
         return next(self.elmo_bilm.parameters()).device
 
+    def move_to(self, device: torch.device) -> None:
+        """Computes on `device` from now on (`embed_file`'s worker processes, each on its GPU)."""
+        self.elmo_bilm.to(device)
+        self.cuda_device = device.index if device.type == "cuda" else -1
+
     @property
     def num_layers(self) -> int:
         return self.elmo_bilm.num_layers

@@ -24,7 +24,8 @@ How the work is organised, and why:
   input and prepares `OUTPUT.partial`, each embeds the chunks whose index is its rank modulo
   their number, the first merges. Chunks do not depend on who embeds them, so the output is
   the one process's, byte for byte, and a resumed run may use another number of processes.
-  Carried state runs through the file in order: stateful mode takes one process.
+  Carried state runs through the file in order: stateful mode takes one process. On GPUs each
+  process computes on its own (`workers.device_of_this_process`); several may share one GPU.
 - One run at a time writes an OUTPUT: a second one is refused while the first holds
   `OUTPUT.lock`.
 """
@@ -107,6 +108,15 @@ class SentenceEmbedder(Protocol):
         """What a resumed run must share besides its settings: the model, how it computes."""
         ...
 
+    @property
+    def device(self) -> torch.device:
+        """Where it computes."""
+        ...
+
+    def move_to(self, device: torch.device) -> None:
+        """Computes on `device` from now on (a worker process's own GPU)."""
+        ...
+
 
 @dataclass(frozen=True)
 class _Request:
@@ -168,8 +178,15 @@ def embed_file(
             "(torchrun): its processes share the work; leave num_workers at 1."
         )
     _check_can_share_work(embedder, options.num_workers)
-    run = functools.partial(_run, request, expected_identity=embedder.identity())
-    workers.spawn_workers(run, embedder, options.num_workers, output_path)
+    device = embedder.device
+    run = functools.partial(_run, request, expected_identity=embedder.identity(), device=device)
+    # GPU tensors would reach the workers through CUDA IPC, which sandboxes and some drivers
+    # refuse: the copies travel through host memory, and each worker moves its own to its GPU.
+    embedder.move_to(torch.device("cpu"))
+    try:
+        workers.spawn_workers(run, embedder, options.num_workers, output_path)
+    finally:
+        embedder.move_to(device)
 
 
 def _check_can_share_work(embedder: SentenceEmbedder, world: int) -> None:
@@ -178,12 +195,6 @@ def _check_can_share_work(embedder: SentenceEmbedder, world: int) -> None:
             f"{world} worker processes in stateful mode: the carried state runs through the file "
             "in order, so one process must read it all. Use deterministic mode (--deterministic; "
             "ElmoEmbedder(stateful=False)) to share the work."
-        )
-    device = getattr(embedder, "device", torch.device("cpu"))
-    if torch.device(device).type != "cpu":
-        raise ConfigurationError(
-            f"{world} worker processes on {device}: several workers run on the CPU only "
-            "(sharing GPUs among them is untested)."
         )
 
 
@@ -204,10 +215,20 @@ def _check_paths(input_path: str, output_path: str, overwrite: bool) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
 
 
-def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optional[Dict[str, str]] = None) -> None:
-    """One process's part of a run (the whole run in a single process). `expected_identity`:
-    that of the embedder a worker's copy was made from."""
+def _run(
+    request: _Request,
+    embedder: SentenceEmbedder,
+    expected_identity: Optional[Dict[str, str]] = None,
+    device: Optional[torch.device] = None,
+) -> None:
+    """One process's part of a run (the whole run in a single process). `expected_identity`
+    and `device`: those of the embedder a worker's copy was made from."""
     rank, world = workers.rank_and_world()
+    if world > 1:
+        _check_can_share_work(embedder, world)
+        own_device = workers.device_of_this_process(device or embedder.device)
+        if own_device != embedder.device:
+            embedder.move_to(own_device)
     identity = embedder.identity()  # a digest of every weight: computed once per process
     if expected_identity is not None and identity != expected_identity:
         raise ConfigurationError(
@@ -215,8 +236,6 @@ def _run(request: _Request, embedder: SentenceEmbedder, expected_identity: Optio
             f"({_differences(expected_identity, identity)}): it would compute other "
             "vectors than the one process would. Embed with one process (num_workers=1)."
         )
-    if world > 1:
-        _check_can_share_work(embedder, world)
     with contextlib.ExitStack() as held:
 
         def prepare() -> _Plan:

@@ -51,9 +51,10 @@ class EmbedFileOptions:
     chunk_size : `int`, optional (default = `DEFAULT_CHUNK_SIZE`)
         Lines per chunk (rounded up to a multiple of the batch size in stateful mode).
     num_workers : `int`, optional (default = `1`)
-        Local worker processes (CPU, torch.distributed with gloo), each with its share of the
-        CPU's threads; deterministic mode only. Under `torchrun` leave it at 1: the launched
-        processes share the work.
+        Local worker processes (torch.distributed with gloo), each with its share of the CPU's
+        threads and, for an embedder on a GPU, the GPU after the previous worker's (round the
+        machine's GPUs: several may share one); deterministic mode only. Under `torchrun` leave
+        it at 1: the launched processes share the work, each on its `LOCAL_RANK`-th GPU.
     shard_size : `int`, optional (default = `None`)
         Write the vectors into shards of about this many bytes beside the output, which then
         holds links to them (read as if the data were in it).

@@ -2,6 +2,8 @@
 Several processes embedding one file, through torch.distributed (the engine AllenNLP's
 distributed training uses): launched by `torchrun` (on one machine or many, sharing a file
 system), or started here, `num_workers` local processes with the gloo backend.
+On GPUs each process computes on its own (`device_of_this_process`); gloo carries only the
+plan and the success flags, which live on the host.
 
 The file engine (`embed_file`) runs the same code in every process: the first one (rank 0)
 checks the input, prepares the partial output and tells the others what to do; each embeds its
@@ -48,6 +50,20 @@ def process_group_of_launcher() -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
+
+
+def device_of_this_process(device: torch.device) -> torch.device:
+    """
+    The GPU this process computes on when the embedder was made for `device`: the `LOCAL_RANK`-th
+    one after it, round the machine's GPUs (so `--cuda-device 0` with 4 processes on a machine
+    of 2 GPUs puts two on each). The CPU, and a single process, stay where they are.
+    """
+    rank, world = rank_and_world()
+    if device.type != "cuda" or world == 1:
+        return device
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    first = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.device("cuda", (first + local_rank) % torch.cuda.device_count())
 
 
 def from_first(make: Callable[[], Any]) -> Any:
@@ -143,7 +159,9 @@ def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embed
     # stops the workers with SIGTERM, which each one leaves through its clean-up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
+    )
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:

@@ -14,6 +14,7 @@ import h5py
 import numpy
 import psutil
 import pytest
+import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
@@ -106,7 +107,7 @@ def test_what_the_workers_cannot_share_is_refused(single_process_output, tmp_pat
 def test_workers_compute_with_the_embedder_given_even_changed_after_loading(single_process_output, tmp_path):
     input_path, expected = single_process_output
     embedder = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE)
-    with __import__("torch").no_grad():
+    with torch.no_grad():
         next(embedder.elmo_bilm.parameters()).mul_(0.5)
     embedder.embed_file(str(input_path), str(tmp_path / "one.hdf5"), **OPTIONS)
     embedder.embed_file(str(input_path), str(tmp_path / "two.hdf5"), num_workers=2, **OPTIONS)
@@ -218,3 +219,18 @@ def test_two_workers_write_float16_gzip_as_one_process_does(single_process_outpu
     assert_identical(tmp_path / "two.hdf5", read_hdf5(tmp_path / "one.hdf5"))
     with h5py.File(tmp_path / "two.hdf5", "r") as handle:
         assert handle["0"].dtype == numpy.float16 and handle["0"].compression == "gzip"
+
+
+def test_each_process_computes_on_its_own_gpu_round_the_machines_gpus(monkeypatch):
+    from elmo_plugin.inference import workers
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    cuda = torch.device("cuda", 0)
+    assert workers.device_of_this_process(cuda) == cuda  # a single process stays
+    monkeypatch.setattr(workers, "rank_and_world", lambda: (3, 4))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert workers.device_of_this_process(cuda) == torch.device("cuda", 1)  # (0 + 3) % 2
+    assert workers.device_of_this_process(torch.device("cuda", 1)) == cuda
+    monkeypatch.setenv("LOCAL_RANK", "0")  # torchrun across machines: the rank on this one
+    assert workers.device_of_this_process(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert workers.device_of_this_process(torch.device("cpu")) == torch.device("cpu")
