@@ -36,7 +36,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Optional, Protocol, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -61,6 +61,7 @@ from elmo_plugin.inference.input_text import (
     read_chunks,
     validate_input,
 )
+from elmo_plugin.inference.sentence_embedder import SentenceEmbedder
 from elmo_plugin.inference.resume import (
     RunSettings,
     intact_chunks,
@@ -68,54 +69,8 @@ from elmo_plugin.inference.resume import (
     restore_carried_state,
     sole_writer,
 )
-from elmo_plugin.modules.start_state import BatchStartState
 
 logger = logging.getLogger(__name__)
-
-
-class SentenceEmbedder(Protocol):
-    """What the engine needs of an embedder (`ElmoEmbedder` is one). To run in several
-    processes it must also pickle (each worker gets its own copy)."""
-
-    @property
-    def stateful(self) -> bool:
-        """Whether the LSTM state is carried from batch to batch (0.9's file-order batches)."""
-        ...
-
-    @property
-    def batch_start_state(self) -> BatchStartState:
-        """The carried state, saved with every chunk and restored on resume."""
-        ...
-
-    @property
-    def max_tokens_per_batch(self) -> int:
-        """Token positions per batch, and per segment of a longer sentence."""
-        ...
-
-    @property
-    def num_layers(self) -> int:
-        ...
-
-    @property
-    def output_dim(self) -> int:
-        ...
-
-    def embed_batch_into(self, batch: List[List[str]], writer) -> None:
-        """Each sentence's vectors to `writer`, whole or in segments (`ElmoEmbedder`)."""
-        ...
-
-    def identity(self) -> Dict[str, str]:
-        """What a resumed run must share besides its settings: the model, how it computes."""
-        ...
-
-    @property
-    def device(self) -> torch.device:
-        """Where it computes."""
-        ...
-
-    def move_to(self, device: torch.device) -> None:
-        """Computes on `device` from now on (a worker process's own GPU)."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -179,6 +134,7 @@ def embed_file(
         )
     _check_can_share_work(embedder, options.num_workers)
     device = embedder.device
+    workers.warn_if_gpus_shared(device, options.num_workers)
     run = functools.partial(_run, request, expected_identity=embedder.identity(), device=device)
     # GPU tensors would reach the workers through CUDA IPC, which sandboxes and some drivers
     # refuse: the copies travel through host memory, and each worker moves its own to its GPU.

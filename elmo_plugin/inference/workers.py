@@ -97,6 +97,18 @@ def all_succeeded(succeeded: bool) -> bool:
     return bool(flag.item())
 
 
+def warn_if_gpus_shared(device: torch.device, num_workers: int) -> None:
+    """A warning where `num_workers` processes would share GPUs (`device_of_this_process`):
+    the GPU time-slices between processes, and each holds its own copy and CUDA context."""
+    if device.type == "cuda" and num_workers > torch.cuda.device_count():
+        logger.warning(
+            "%d workers on %d GPU(s): several share a GPU, which runs one process at a time; "
+            "this is rarely faster than one worker per GPU and takes each worker's memory "
+            "(BENCHMARKS.md, \"On an H100\"). Use --num-workers %d.",
+            num_workers, torch.cuda.device_count(), torch.cuda.device_count(),
+        )
+
+
 def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, output_path: str) -> None:
     """
     Starts `num_workers` local processes in one gloo group, each calling `run(embedder)` with

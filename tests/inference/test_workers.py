@@ -210,6 +210,17 @@ def test_more_workers_than_cores_are_warned_about_before_they_start(monkeypatch,
     assert "12 workers on 2 CPU cores" in caplog.text
 
 
+def test_more_workers_than_gpus_are_warned_about(monkeypatch, caplog):
+    from elmo_plugin.inference import workers
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    workers.warn_if_gpus_shared(torch.device("cuda", 0), 2)
+    workers.warn_if_gpus_shared(torch.device("cpu"), 8)
+    assert "GPU" not in caplog.text
+    workers.warn_if_gpus_shared(torch.device("cuda", 1), 4)
+    assert "4 workers on 2 GPU(s): several share a GPU" in caplog.text and "--num-workers 2" in caplog.text
+
+
 def test_two_workers_write_float16_gzip_as_one_process_does(single_process_output, tmp_path):
     input_path, _ = single_process_output
     small = dict(OPTIONS, dtype="float16", compression="gzip")
