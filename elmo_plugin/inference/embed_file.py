@@ -61,7 +61,6 @@ from elmo_plugin.inference.input_text import (
     read_chunks,
     validate_input,
 )
-from elmo_plugin.inference.sentence_embedder import SentenceEmbedder
 from elmo_plugin.inference.resume import (
     RunSettings,
     intact_chunks,
@@ -69,6 +68,7 @@ from elmo_plugin.inference.resume import (
     restore_carried_state,
     sole_writer,
 )
+from elmo_plugin.inference.sentence_embedder import SentenceEmbedder
 
 logger = logging.getLogger(__name__)
 
