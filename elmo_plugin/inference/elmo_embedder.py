@@ -124,8 +124,7 @@ class ElmoEmbedder:
             )
         self.elmo_bilm = ElmoBiLm.from_settings(options_file, weight_file, settings)
         self.elmo_bilm.eval()
-        self.cuda_device = cuda_device
-        self.elmo_bilm.to(torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}"))
+        self.move_to(torch.device("cpu" if cuda_device < 0 else f"cuda:{cuda_device}"))
 
     @property
     def device(self) -> torch.device:
