@@ -67,6 +67,12 @@ def hdf5_for_writing(path: str) -> Iterator[h5py.File]:
         handle.close()
 
 
+# What h5py's `create_dataset` passes HDF5 for an unfiltered dataset (its default
+# `track_times=False`), made once for every chunk writer.
+_PLAIN_DATASET_CREATION = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+_PLAIN_DATASET_CREATION.set_obj_track_times(False)
+
+
 class ChunkWriter:
     """A batch's vectors into a chunk file, as `output` says (`OutputVectors`); a sentence that
     comes in segments (`ElmoEmbedder.embed_batch_into`) is written segment by segment into its
@@ -81,10 +87,7 @@ class ChunkWriter:
         self._dtype, self._filter = numpy.dtype(dtype), hdf5_filter or {}
         # Sentence vectors of segmented rows: (float64 sum over the tokens so far, tokens).
         self._sums: Dict[int, Tuple[numpy.ndarray, int]] = {}
-        # What h5py's `create_dataset` passes HDF5 for an unfiltered dataset, made once.
-        self._type_id = h5py.h5t.py_create(self._dtype, logical=True)
-        self._plain_creation = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-        self._plain_creation.set_obj_track_times(False)
+        self._type_id = h5py.h5t.py_create(self._dtype, logical=True)  # as h5py makes it
 
     def _filter_for(self, shape: Tuple[int, ...]) -> Dict[str, Any]:
         # HDF5 filters need chunked storage, which an empty dataset (a blank line) cannot have.
@@ -100,7 +103,7 @@ class ChunkWriter:
             # `create_dataset` makes, for a fraction of the time its objects take.
             dataset = h5py.h5d.create(
                 self._handle.id, self._keys[row].encode("utf-8"), self._type_id,
-                h5py.h5s.create_simple(data.shape), dcpl=self._plain_creation,
+                h5py.h5s.create_simple(data.shape), dcpl=_PLAIN_DATASET_CREATION,
             )
             if data.size:
                 dataset.write(h5py.h5s.ALL, h5py.h5s.ALL, data)
