@@ -21,10 +21,12 @@ def read_bilm_vocab_file(vocab_file: str, require_special_tokens: bool = True) -
     ignored, as bilm-tf does). Blank lines, duplicates and (unless `require_special_tokens` is
     false: a plain word list) missing special tokens are errors that name the file and line.
     """
+    # What the errors call the file: a word list (`elmo-token-vectors`) is no softmax vocabulary.
+    kind = "biLM vocab file" if require_special_tokens else "word list"
     try:
         local_path = cached_path(vocab_file)
     except FileNotFoundError as error:
-        raise ConfigurationError(f"biLM vocab file {vocab_file} not found.") from error
+        raise ConfigurationError(f"{kind} {vocab_file} not found.") from error
     words: List[str] = []
     first_line: Dict[str, int] = {}
     with open(local_path, encoding=TEXT_ENCODING) as handle:
@@ -32,13 +34,13 @@ def read_bilm_vocab_file(vocab_file: str, require_special_tokens: bool = True) -
             fields = line.split()
             if not fields:
                 raise ConfigurationError(
-                    f"biLM vocab file {vocab_file}, line {line_number}: blank line (expected "
+                    f"{kind} {vocab_file}, line {line_number}: blank line (expected "
                     "one word per line)."
                 )
             word = fields[0]
             if word in first_line:
                 raise ConfigurationError(
-                    f"biLM vocab file {vocab_file}, line {line_number}: '{word}' already "
+                    f"{kind} {vocab_file}, line {line_number}: '{word}' already "
                     f"appears on line {first_line[word]}."
                 )
             first_line[word] = line_number

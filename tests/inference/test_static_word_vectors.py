@@ -44,7 +44,7 @@ def test_vectors_are_layer_0_of_the_bilm_in_both_formats(tmp_path):
 def test_bad_vocabularies_and_existing_outputs_are_refused(tmp_path):
     prefix = str(tmp_path / "vectors")
     for text, message in [
-        ("a\n\nb\n", "line 2: blank line"),
+        ("a\n\nb\n", r"word list .*vocab.txt, line 2: blank line"),
         ("a\nb\na\n", "line 3: 'a' already appears on line 1"),
         ("", "holds no words"),
     ]:
