@@ -25,8 +25,7 @@ from elmo_plugin.models.sampled_softmax import FusedSampledSoftmaxLoss
 from elmo_plugin.models.trainable_bilm import TrainableBiLm
 from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
-from elmo_plugin.training.oov_rate import OutOfVocabularyRate
-from elmo_plugin.training.token_perplexity import TokenPerplexity, perplexity_of
+from elmo_plugin.training.bilm_metrics import BiLmMetrics
 from elmo_plugin.weights import layout
 from elmo_plugin.weights.formats import read_bilm
 from elmo_plugin.weights.options import ElmoOptions
@@ -35,9 +34,6 @@ logger = logging.getLogger(__name__)
 
 # Logits computed at once by the full softmax of evaluation (64 Mi numbers, 256 MiB in float32).
 _FULL_SOFTMAX_BLOCK = 1 << 26
-
-# Above this share of <UNK> targets, evaluation warns that the perplexity flatters the model.
-OOV_RATE_WARNING = 0.05
 
 
 @Model.register("elmo_bilm")
@@ -154,12 +150,8 @@ class ElmoBiLmModel(Model):
             # One parameter, rows in vocabulary order in both (the softmax input is
             # projection_dim wide, as the word vectors are).
             self._softmax_loss.softmax_w = self._bilm.token_embedder.embedding.weight
-        self._perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
-        # Evaluation only (full softmax): the perplexity over targets that are not <UNK>.
-        self._in_vocabulary_perplexities = {"forward": TokenPerplexity(), "backward": TokenPerplexity()}
-        self._oov_rate = OutOfVocabularyRate()
+        self._metrics = BiLmMetrics()
         self._unknown_id = vocab.get_token_index(UNKNOWN_TOKEN, LM_NAMESPACE)
-        self._warned_about_oov_rate = False
         self._carried_windows = CarriedWindowState()
         # Set by the 'elmo_bilm' trainer callback, which checks the data before the first step
         # and makes checkpoints that `--recover` continues exactly from.
@@ -304,17 +296,15 @@ class ElmoBiLmModel(Model):
         ):
             predicted, wanted = outputs[mask], targets[mask]
             known = wanted != self._unknown_id
+            token_nll = None
             if self.training:
                 nll_sum = self._softmax_loss(predicted, wanted)
             else:
                 # The full softmax, token by token: the in-vocabulary perplexity needs each loss.
                 token_nll = self._full_softmax_nll(predicted, wanted)
                 nll_sum = token_nll.sum()
-                self._in_vocabulary_perplexities[direction](token_nll[known].sum(), known.sum())
             count = mask.sum()
-            self._perplexities[direction](nll_sum, count)
-            if direction == "forward":  # both directions predict the same words
-                self._oov_rate(int(count - known.sum()), int(count))
+            self._metrics.record(direction, nll_sum, count, known, token_nll)
             if tokens is None and self.training:
                 # Per position the batch holds (streams x window), not per word it holds: the
                 # last batches of a pass, where a few streams still have text, then move the
@@ -458,13 +448,6 @@ class ElmoBiLmModel(Model):
                 "state, the random generators or the running metrics."
             )
 
-    def _metric_objects(self) -> Dict[str, Any]:
-        return {
-            **{f"perplexity_{d}": metric for d, metric in self._perplexities.items()},
-            **{f"in_vocabulary_{d}": metric for d, metric in self._in_vocabulary_perplexities.items()},
-            "oov_rate": self._oov_rate,
-        }
-
     def recovery_state(self) -> Dict[str, Any]:
         """
         What a checkpoint must hold besides the parameters for `allennlp train --recover` to
@@ -474,43 +457,16 @@ class ElmoBiLmModel(Model):
         """
         return {
             "carried": self._carried_windows.recovery_state(),
-            "metrics": {name: dict(vars(metric)) for name, metric in self._metric_objects().items()},
+            "metrics": self._metrics.state(),
         }
 
     def restore_recovery_state(self, state: Dict[str, Any]) -> None:
         """Continues from `recovery_state()` as a checkpoint saved it."""
         self._carried_windows.restore(state["carried"])
-        for name, metric in self._metric_objects().items():
-            vars(metric).update(state["metrics"][name])
+        self._metrics.restore(state["metrics"])
 
     @overrides
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
-        """
-        `forward_perplexity`, `backward_perplexity`, `perplexity` (both directions' targets
-        together), `oov_rate` (the share of targets that are `<UNK>`: a perplexity on a text
-        that the vocabulary mostly misses is low and means little), and in evaluation
-        `in_vocabulary_perplexity` (over targets that are not `<UNK>`).
-        """
-        forward_nll, forward_tokens = self._perplexities["forward"].totals()
-        backward_nll, backward_tokens = self._perplexities["backward"].totals()
-        metrics = {
-            "forward_perplexity": self._perplexities["forward"].get_metric(reset),
-            "backward_perplexity": self._perplexities["backward"].get_metric(reset),
-            "perplexity": perplexity_of(forward_nll + backward_nll, forward_tokens + backward_tokens),
-            "oov_rate": self._oov_rate.get_metric(reset),
-        }
-        known = [self._in_vocabulary_perplexities[d].totals() for d in ("forward", "backward")]
-        if known[0][1] + known[1][1] > 0:
-            metrics["in_vocabulary_perplexity"] = perplexity_of(known[0][0] + known[1][0], known[0][1] + known[1][1])
-            if metrics["oov_rate"] > OOV_RATE_WARNING and not self._warned_about_oov_rate:
-                logger.warning(
-                    "%.1f%% of the evaluated targets are <UNK>, which this biLM predicts as one word: "
-                    "its perplexity on this text is lower than a full vocabulary's would be. "
-                    "Compare in_vocabulary_perplexity, or models with the same vocabulary.",
-                    100 * metrics["oov_rate"],
-                )
-                self._warned_about_oov_rate = True
-        if reset:
-            for metric in self._in_vocabulary_perplexities.values():
-                metric.reset()
-        return metrics
+        """`forward_perplexity`, `backward_perplexity`, `perplexity`, `oov_rate` and, in
+        evaluation, `in_vocabulary_perplexity` (`BiLmMetrics.get_metrics`)."""
+        return self._metrics.get_metrics(reset)
