@@ -2,8 +2,9 @@
 The `elmo_bilm` predictor: a trained biLM as a language model (next words, previous words,
 sentence scores), for `allennlp predict` and for Python.
 """
+import json
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NoReturn, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -69,6 +70,8 @@ class ElmoBiLmPredictor(Predictor):
         super().__init__(model.eval(), BiLmCorpusReader())
         self._words = model.vocab.get_index_to_token_vocabulary(LM_NAMESPACE)
         self._word_ids = model.vocab.get_token_to_index_vocabulary(LM_NAMESPACE)
+        # `allennlp predict` hands this predictor its input's non-blank lines, in order.
+        self._lines_read = 0
 
     def next_words(self, prefix: Any, top_k: int = 10) -> JsonDict:
         return self.predict_json({"prefix": prefix, "top_k": top_k})
@@ -81,6 +84,19 @@ class ElmoBiLmPredictor(Predictor):
 
     def substitutes(self, sentence: Any, top_k: int = 10) -> JsonDict:
         return self.predict_json({"sentence": sentence, "substitutes": True, "top_k": top_k})
+
+    @overrides
+    def load_line(self, line: str) -> JsonDict:
+        """One request per non-blank line of `allennlp predict`'s input; a line that is not JSON
+        is refused with its number among those lines (blank lines are not counted)."""
+        self._lines_read += 1
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigurationError(
+                f"elmo_bilm predictor: non-blank line {self._lines_read} of the input is not JSON "
+                f"({error.msg} at column {error.colno}): {line.strip()[:80]!r}."
+            ) from error
 
     @overrides
     def predict_json(self, inputs: JsonDict) -> JsonDict:
@@ -118,17 +134,19 @@ class ElmoBiLmPredictor(Predictor):
         self._dataset_reader.apply_token_indexers(instance)
         return instance
 
+    @staticmethod
+    def _refuse(json_dict: Any, what: str) -> NoReturn:
+        # The request itself, so that a user finds it among many lines.
+        raise ConfigurationError(f"elmo_bilm predictor: {what} In the request {json.dumps(json_dict)[:200]}")
+
     def _parse_request(self, json_dict: JsonDict) -> Tuple[str, List[Token], int]:
         if not isinstance(json_dict, dict):
-            raise ConfigurationError(
-                f"elmo_bilm predictor: expected a JSON object with one of {', '.join(REQUEST_KEYS)}; "
-                f"got {json_dict!r}."
-            )
+            self._refuse(json_dict, f"expected a JSON object with one of {', '.join(REQUEST_KEYS)}.")
         kinds = [key for key in REQUEST_KEYS if key in json_dict]
         if len(kinds) != 1:
-            raise ConfigurationError(
-                f"elmo_bilm predictor: a request needs exactly one of {', '.join(REQUEST_KEYS)}; "
-                f"got the keys {sorted(json_dict)}."
+            self._refuse(
+                json_dict,
+                f"a request needs exactly one of {', '.join(REQUEST_KEYS)}; got the keys {sorted(json_dict)}.",
             )
         kind = kinds[0]
         text = json_dict[kind]
@@ -137,19 +155,16 @@ class ElmoBiLmPredictor(Predictor):
         elif isinstance(text, list) and all(isinstance(word, str) and word.strip() for word in text):
             words = list(text)
         else:
-            raise ConfigurationError(
-                f"elmo_bilm predictor: '{kind}' must be a string or a list of non-empty strings; "
-                f"got {text!r}."
-            )
+            self._refuse(json_dict, f"'{kind}' must be a string or a list of non-empty strings; got {text!r}.")
         substitutes = json_dict.get("substitutes", False)
         if not isinstance(substitutes, bool) or (substitutes and kind != "sentence"):
-            raise ConfigurationError(
-                "elmo_bilm predictor: 'substitutes' is true or false, and goes with 'sentence'; "
-                f"got {substitutes!r} with '{kind}'."
+            self._refuse(
+                json_dict,
+                f"'substitutes' is true or false, and goes with 'sentence'; got {substitutes!r} with '{kind}'.",
             )
         top_k = json_dict.get("top_k", 10)
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-            raise ConfigurationError(f"elmo_bilm predictor: 'top_k' must be a positive integer; got {top_k!r}.")
+            self._refuse(json_dict, f"'top_k' must be a positive integer; got {top_k!r}.")
         return kind, [Token(word) for word in words], top_k
 
     def _model_tensors(self, instances: List[Instance]) -> TextFieldTensors:

@@ -124,8 +124,15 @@ def test_unknown_words_are_read_by_characters_and_scored_as_unk(predictor):
     ],
 )
 def test_bad_requests_say_what_was_expected(predictor, request_, message):
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=message) as refusal:
         predictor.predict_json(request_)
+    assert str(refusal.value).endswith(f"In the request {json.dumps(request_)}")  # to find it among many
+
+
+def test_a_line_of_the_input_that_is_not_json_is_refused_with_its_number(predictor):
+    assert predictor.load_line('{"prefix": "a"}\n') == {"prefix": "a"}
+    with pytest.raises(ConfigurationError, match=r"non-blank line 2 of the input is not JSON \(.* at column 1\): 'not json'"):
+        predictor.load_line("not json\n")
 
 
 def test_allennlp_predict_on_json_lines(trained_tiny_bilm, tmp_path):
