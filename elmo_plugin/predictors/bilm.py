@@ -136,8 +136,10 @@ class ElmoBiLmPredictor(Predictor):
 
     @staticmethod
     def _refuse(json_dict: Any, what: str) -> NoReturn:
-        # The request itself, so that a user finds it among many lines.
-        raise ConfigurationError(f"elmo_bilm predictor: {what} In the request {json.dumps(json_dict)[:200]}")
+        # The request itself, so that a user finds it among many lines (from Python it may hold
+        # what JSON cannot: shown as Python shows it).
+        shown = json.dumps(json_dict, default=repr)[:200]
+        raise ConfigurationError(f"elmo_bilm predictor: {what} In the request {shown}")
 
     def _parse_request(self, json_dict: JsonDict) -> Tuple[str, List[Token], int]:
         if not isinstance(json_dict, dict):

@@ -129,6 +129,11 @@ def test_bad_requests_say_what_was_expected(predictor, request_, message):
     assert str(refusal.value).endswith(f"In the request {json.dumps(request_)}")  # to find it among many
 
 
+def test_a_request_from_python_that_json_cannot_hold_is_refused_for_what_it_is(predictor):
+    with pytest.raises(ConfigurationError, match=r"'prefix' must be a string.*In the request \{\"prefix\": \"\{'a'\}\"\}"):
+        predictor.predict_json({"prefix": {"a"}})
+
+
 def test_a_line_of_the_input_that_is_not_json_is_refused_with_its_number(predictor):
     assert predictor.load_line('{"prefix": "a"}\n') == {"prefix": "a"}
     with pytest.raises(ConfigurationError, match=r"non-blank line 2 of the input is not JSON \(.* at column 1\): 'not json'"):
