@@ -96,8 +96,9 @@ class ChunkWriter:
     def whole(self, row: int, embedding: numpy.ndarray) -> None:
         data = numpy.ascontiguousarray(self._output.of_sentence(embedding), dtype=self._dtype)
         with hdf5_errors_as_os_errors():
-            if self._filter_for(data.shape):
-                self._handle.create_dataset(self._keys[row], data=data, **self._filter)
+            hdf5_filter = self._filter_for(data.shape)
+            if hdf5_filter:
+                self._handle.create_dataset(self._keys[row], data=data, **hdf5_filter)
                 return
             # One dataset per line: through h5py's low-level calls, the same dataset as its
             # `create_dataset` makes, for a fraction of the time its objects take.
