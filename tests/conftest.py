@@ -1,4 +1,6 @@
 import os
+import shutil
+import sys
 
 # The fixed kernel table in every test and the processes they start: outputs compared byte for
 # byte (workers, resumed runs) and against AllenNLP must not depend on which kernel won a timing
@@ -41,3 +43,11 @@ def measuring(monkeypatch, tmp_path):
     yield tmp_path / "kernel_choice.json"
     choice.set_mode(None)
     choice.forget_decisions()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    # AllenNLP's testing module makes a temporary directory when it is imported, which only its
+    # test cases' teardown removes: a run whose last test is not one of them would leave it.
+    test_case = sys.modules.get("allennlp.common.testing.test_case")
+    if test_case is not None:
+        shutil.rmtree(test_case.TEST_DIR, ignore_errors=True)

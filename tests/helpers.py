@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict
 
+import h5py
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -18,6 +19,12 @@ ELMO_FIXTURES = SHARED_FIXTURES / "elmo"
 ELMO_OPTIONS_FILE = str(ELMO_FIXTURES / "options.json")
 ELMO_WEIGHT_FILE = str(ELMO_FIXTURES / "lm_weights.hdf5")
 TEST_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def read_hdf5(path):
+    """Every dataset of an HDF5 file by its key."""
+    with h5py.File(path, "r") as handle:
+        return {key: handle[key][...] for key in handle}
 
 
 def fixture_options() -> Dict[str, Any]:

@@ -30,8 +30,8 @@ from tests.helpers import (
     ORACLE_ARCHITECTURES,
     REPO_ROOT,
     bilm_data_overrides,
+    read_hdf5,
 )
-from tests.inference.test_embed_file import read_hdf5
 from tests.inference.test_workers import LINES, OPTIONS, assert_identical
 from tests.modules.oracle import (
     check_bilm_equals_allennlp,

@@ -13,7 +13,7 @@ from allennlp.modules.elmo import _ElmoBiLm as AllenNlpElmoBiLm
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin import ElmoEmbedder, batch_to_ids
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, read_hdf5
 
 SENTENCES = [
     "The bats hang upside down .",
@@ -24,11 +24,6 @@ SENTENCES = [
     "x",
     "The bats hang upside down .",
 ]
-
-
-def read_hdf5(path):
-    with h5py.File(path, "r") as handle:
-        return {key: handle[key][...] for key in handle}
 
 
 def interrupt_after(embedder, batches):

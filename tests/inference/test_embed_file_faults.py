@@ -18,8 +18,8 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
 from tests.random_weights import write_random_elmo
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, fixture_options
-from tests.inference.test_embed_file import SENTENCES, EmbedFileTestCase, interrupt_after, read_hdf5
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, fixture_options, read_hdf5
+from tests.inference.test_embed_file import SENTENCES, EmbedFileTestCase, interrupt_after
 
 LINES = [" ".join(f"w{j}" for j in range(1 + (i * 7) % 11)) for i in range(40)]
 

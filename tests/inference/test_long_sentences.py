@@ -12,8 +12,8 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.inference import elmo_embedder
 from elmo_plugin.inference.embed_file import _batches
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
-from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after, read_hdf5
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, read_hdf5
+from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after
 
 # Lines of 1 to 60 tokens, and two far longer than a budget of 16 positions.
 LINES = [" ".join(f"w{(i * 3 + j) % 29}" for j in range(1 + (i * 7) % 60)) for i in range(30)]

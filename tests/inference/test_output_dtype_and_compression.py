@@ -10,8 +10,8 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.inference.embed_file_options import EmbedFileOptions
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
-from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after, read_hdf5
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, read_hdf5
+from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after
 
 # A blank line (an empty dataset), short lines and one far longer than a budget of 32.
 LINES = ["The cat sat on the mat .", "", "A dog", " ".join(f"w{j % 17}" for j in range(90)), "x y z"]

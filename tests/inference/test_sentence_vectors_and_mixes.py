@@ -11,8 +11,8 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
 from elmo_plugin.inference.output_vectors import LayerMix
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE
-from tests.inference.test_embed_file import EmbedFileTestCase, read_hdf5
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, read_hdf5
+from tests.inference.test_embed_file import EmbedFileTestCase
 
 LINES = ["The cat sat on the mat .", "", "A dog", " ".join(f"w{j % 17}" for j in range(90)), "x"]
 WEIGHTS, GAMMA = (0.1, 0.5, -0.3), 1.25

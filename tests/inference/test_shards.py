@@ -7,7 +7,8 @@ import numpy
 import pytest
 
 from elmo_plugin.inference import hdf5_output
-from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after, read_hdf5
+from tests.helpers import read_hdf5
+from tests.inference.test_embed_file import EmbedFileTestCase, interrupt_after
 from tests.inference.test_long_sentences import LINES, embedder
 
 

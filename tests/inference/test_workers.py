@@ -18,8 +18,10 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin import ElmoEmbedder
-from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT
-from tests.inference.test_embed_file import read_hdf5
+# The spawned workers import this module to unpickle the embedders below: it must not import
+# AllenNLP's testing module (as the test-case modules do), which makes a temporary directory at
+# import that only a test case's teardown removes, so each worker would leave one in /tmp.
+from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, read_hdf5
 
 LINES = [" ".join(f"w{(i * 3 + j) % 29}" for j in range(1 + (i * 7) % 40)) for i in range(120)]
 OPTIONS = dict(chunk_size=10, batch_size=8)
@@ -62,6 +64,13 @@ def assert_identical(path, expected):
             assert numpy.array_equal(actual[key], value), key
         else:
             assert actual[key] == value, key
+
+
+def test_the_workers_import_no_module_that_leaves_a_directory_behind():
+    # What a spawned worker imports to unpickle this module's embedders (see the imports).
+    check = "import sys, tests.inference.test_workers; print('allennlp.common.testing' in sys.modules)"
+    completed = subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert completed.stdout.strip() == "False", completed.stderr[-3000:]
 
 
 def test_two_workers_write_what_one_process_writes(single_process_output, tmp_path):
