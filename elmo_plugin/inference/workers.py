@@ -144,6 +144,17 @@ def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, o
     except BaseException:  # Ctrl-C, SIGTERM (AllenNLP's SigTermReceived): no worker outlives us
         stop_processes(context.processes)
         raise
+    finally:
+        _remove_error_files(context)
+
+
+def _remove_error_files(context: Any) -> None:
+    # torch gives each worker a temporary file for its traceback, read by `join` and never
+    # removed: a run stopped by a worker's error would leave one in the system's temporary
+    # directory at every failed run.
+    for path in getattr(context, "error_files", ()):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 # Seconds a worker has to finish cleanly (release the output's lock) after SIGTERM.

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import filelock
@@ -94,8 +95,12 @@ def test_a_dying_worker_stops_the_run_and_resume_finishes_it_with_any_number(sin
     assert_identical(output, expected)
 
 
-def test_what_the_workers_cannot_share_is_refused(single_process_output, tmp_path):
+def test_what_the_workers_cannot_share_is_refused(single_process_output, tmp_path, monkeypatch):
     input_path, _ = single_process_output
+    # Where torch puts each worker's traceback file (the system's temporary directory).
+    temporary = tmp_path / "temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     stateful = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, stateful=True)
     with pytest.raises(ConfigurationError, match="stateful mode: the carried state runs through the file in order"):
         stateful.embed_file(str(input_path), str(tmp_path / "out.hdf5"), num_workers=2)
@@ -111,6 +116,7 @@ def test_what_the_workers_cannot_share_is_refused(single_process_output, tmp_pat
         with pytest.raises(ConfigurationError, match="Another process is writing"):
             embedder.embed_file(str(input_path), str(tmp_path / "out.hdf5"), num_workers=2)
     assert not (tmp_path / "out.hdf5.partial").exists()
+    assert os.listdir(temporary) == []  # the workers' traceback files too
 
 
 def test_workers_compute_with_the_embedder_given_even_changed_after_loading(single_process_output, tmp_path):
@@ -133,7 +139,8 @@ def test_torchrun_launches_the_command_line(single_process_output, tmp_path):
          "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
          "--chunk-size", str(OPTIONS["chunk_size"]), "--batch-size", str(OPTIONS["batch_size"])],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
+        # torchrun's agent leaves its log directory behind: here, not in the system's /tmp
+        env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path)),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert_identical(tmp_path / "out.hdf5", expected)
