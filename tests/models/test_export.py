@@ -1,6 +1,7 @@
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy
 import pytest
@@ -84,7 +85,9 @@ def test_elmo_export_command_line(trained_tiny_bilm, tmp_path):
 
 
 @pytest.mark.parametrize("damaged", ["best.th", "model.tar.gz"])
-def test_a_truncated_model_file_is_named(trained_tiny_bilm, tmp_path, damaged):
+def test_a_truncated_model_file_is_named(trained_tiny_bilm, tmp_path, damaged, monkeypatch):
+    # AllenNLP's load_archive leaves what it extracted of a truncated archive: in tmp_path here.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     copy = tmp_path / "serialization"
     shutil.copytree(trained_tiny_bilm, copy)
     path = copy / damaged
