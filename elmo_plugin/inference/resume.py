@@ -9,13 +9,14 @@ import json
 import logging
 import os
 from dataclasses import asdict, dataclass
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import filelock
 import h5py
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.common.atomic_file import write_text_atomically
 from elmo_plugin.inference.hdf5_output import CARRIED_STATE, chunk_name
 from elmo_plugin.modules.start_state import BatchStartState
 
@@ -69,10 +70,10 @@ def sole_writer(output_path: str) -> Iterator[None]:
 def prepare_partial_dir(partial_dir: str, settings: RunSettings, resume: bool) -> Set[int]:
     manifest_path = os.path.join(partial_dir, "settings.json")
     if resume and os.path.exists(manifest_path):
-        with open(manifest_path) as handle:
-            earlier = json.load(handle)
-        if earlier != asdict(settings):
-            differing = sorted(k for k in earlier if earlier.get(k) != asdict(settings).get(k))
+        earlier, current = _read_manifest(partial_dir, manifest_path), asdict(settings)
+        if earlier != current:
+            # Over both runs' keys: a manifest of another version of this package may lack one.
+            differing = sorted(k for k in set(earlier) | set(current) if earlier.get(k) != current.get(k))
             if differing and set(differing) <= {"input_size", "input_sha256"}:
                 raise ConfigurationError(
                     f"Cannot resume from {partial_dir}: {settings.input_path} has changed since the "
@@ -98,9 +99,25 @@ def prepare_partial_dir(partial_dir: str, settings: RunSettings, resume: bool) -
     if resume:
         logger.info("Nothing to resume at %s; starting from the beginning", partial_dir)
     os.makedirs(partial_dir, exist_ok=True)
-    with open(manifest_path, "w") as handle:
-        json.dump(asdict(settings), handle, indent=2)
+    write_text_atomically(manifest_path, json.dumps(asdict(settings), indent=2))
     return set()
+
+
+def _read_manifest(partial_dir: str, manifest_path: str) -> Dict[str, Any]:
+    problem = None
+    try:
+        with open(manifest_path, encoding="utf-8") as handle:
+            earlier = json.load(handle)
+        if not isinstance(earlier, dict):
+            problem = f"a JSON {type(earlier).__name__}, not an object"
+    except ValueError as error:  # not JSON, or not UTF-8
+        problem = str(error)
+    if problem is not None:
+        raise ConfigurationError(
+            f"Cannot resume from {partial_dir}: {manifest_path} is not the settings an interrupted "
+            f"run writes ({problem}); pass --overwrite to start over"
+        )
+    return earlier
 
 
 def intact_chunks(partial_dir: str, done: Set[int], chunk_size: int, num_lines: int) -> Set[int]:

@@ -2,6 +2,7 @@
 The file engine under bad input and faults: a resumed run that would mix models, bad chunk
 sizes, damaged chunks, paths that would destroy data, a second writer, kill -9, a full disk.
 """
+import json
 import os
 import re
 import signal
@@ -45,6 +46,24 @@ class TestResumeRefusesToMix(EmbedFileTestCase):
         reduced = ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, precision="bfloat16")
         with pytest.raises(ConfigurationError, match="started with different precision"):
             self.embed(path, embedder=reduced, resume=True, batch_size=4, chunk_size=8)
+
+    @pytest.mark.parametrize("text", ['{"chunk_size": 8', "[8]", "\udcff"])
+    def test_a_damaged_settings_file_is_named(self, text):
+        path = self.interrupted_run()
+        manifest = self.TEST_DIR / "out.hdf5.partial" / "settings.json"
+        manifest.write_bytes(text.encode("utf-8", "surrogateescape"))
+        with pytest.raises(ConfigurationError, match=f"{manifest} is not the settings an interrupted run writes"):
+            self.embed(path, resume=True, batch_size=4, chunk_size=8)
+
+    def test_a_setting_the_earlier_run_did_not_record_is_named(self):
+        # As from another version of this package, which recorded fewer settings.
+        path = self.interrupted_run()
+        manifest = self.TEST_DIR / "out.hdf5.partial" / "settings.json"
+        settings = json.loads(manifest.read_text())
+        del settings["precision"]
+        manifest.write_text(json.dumps(settings))
+        with pytest.raises(ConfigurationError, match="started with different precision .*--overwrite"):
+            self.embed(path, resume=True, batch_size=4, chunk_size=8)
 
     def test_the_same_model_from_another_place_resumes(self):
         path = self.interrupted_run()
