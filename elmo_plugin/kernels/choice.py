@@ -43,6 +43,7 @@ import filelock
 import torch
 from allennlp.common.file_utils import CACHE_ROOT
 
+from elmo_plugin.common.atomic_file import write_text_atomically
 from elmo_plugin.kernels.onednn import Product
 
 logger = logging.getLogger(__name__)
@@ -258,10 +259,7 @@ def _read_cache() -> Dict[str, Dict[str, str]]:
 
 
 def _write_cache(cache: Dict[str, Dict[str, str]]) -> None:
-    temporary = CACHE_PATH.with_name(f".{CACHE_PATH.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        json.dump(cache, file, indent=1, sort_keys=True)
-    os.replace(temporary, CACHE_PATH)
+    write_text_atomically(str(CACHE_PATH), json.dumps(cache, indent=1, sort_keys=True))
 
 
 def _measure(name: str, candidates: Dict[str, Product], inputs: torch.Tensor, weight: torch.Tensor,

@@ -5,6 +5,7 @@ wins (the oracle's float32 bound and the TensorFlow fixture).
 """
 import json
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -99,6 +100,25 @@ def test_an_unusable_cache_still_chooses_and_says_so(measuring, monkeypatch, tmp
         decided = choice.chosen(("highway", (8, 4), "8"), {"mkl": lambda x: x @ weight.T}, torch.randn(3, 4), weight, None)
     assert decided == "mkl"
     assert "cannot be used" in caplog.text and "other processes may choose differently" in caplog.text
+
+
+
+def test_a_cache_write_that_fails_leaves_the_cache_as_it_was(measuring, monkeypatch, caplog):
+    weight = torch.randn(8, 4)
+    candidates = {"mkl": lambda x: x @ weight.T}
+    choice.chosen(("highway", (8, 4), "8"), candidates, torch.randn(3, 4), weight, None)
+    before = measuring.read_text()
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    with caplog.at_level(logging.WARNING, logger=choice.__name__):
+        decided = choice.chosen(("projection", (8, 4), "8"), candidates, torch.randn(3, 4), weight, None)
+    assert decided == "mkl"
+    assert "cannot be used" in caplog.text
+    assert measuring.read_text() == before
+    assert not [name for name in os.listdir(measuring.parent) if name.startswith(".")]  # no temporary file
 
 
 @needs_both
