@@ -206,9 +206,13 @@ class _SampledSoftmaxNll(torch.autograd.Function):
         bias_rows = torch.cat([sampled_bias_gradient, true_gradient])
         if ctx.sparse:
             # As the sparse embeddings' own backward gives them: one entry per row looked up.
-            weight_gradient = torch.sparse_coo_tensor(rows.unsqueeze(0), weight_rows, ctx.weight_shape)
+            # The rows are ids of this vocabulary (samples and targets), so torch's check of
+            # the indices, off by default with a warning at the first call, is not needed.
+            weight_gradient = torch.sparse_coo_tensor(
+                rows.unsqueeze(0), weight_rows, ctx.weight_shape, check_invariants=False
+            )
             bias_gradient = torch.sparse_coo_tensor(
-                rows.unsqueeze(0), bias_rows.view(-1, *ctx.bias_shape[1:]), ctx.bias_shape
+                rows.unsqueeze(0), bias_rows.view(-1, *ctx.bias_shape[1:]), ctx.bias_shape, check_invariants=False
             )
         else:
             weight_gradient = weight_rows.new_zeros(ctx.weight_shape).index_add_(0, rows, weight_rows)
