@@ -179,12 +179,9 @@ main(prog="allennlp")
 """
 
 
-@pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_stopping_the_command_stops_every_worker_and_leaves_a_resumable_run(
-    single_process_output, tmp_path, signal_number, exit_code
-):
-    input_path, expected = single_process_output
-    output = tmp_path / "out.hdf5"
+def start_slow_command(input_path, output):
+    """`allennlp elmo` with two workers of `SlowEmbedder`, once a worker has finished a chunk:
+    the command's process and its two workers."""
     child = subprocess.Popen(
         [sys.executable, "-c", SLOW_COMMAND, "elmo", str(input_path), str(output), "--all", "--deterministic",
          "--num-workers", "2", "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
@@ -192,7 +189,7 @@ def test_stopping_the_command_stops_every_worker_and_leaves_a_resumable_run(
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),
     )
-    partial = tmp_path / "out.hdf5.partial"
+    partial = output.parent / (output.name + ".partial")
     deadline = time.monotonic() + 120
     while not (partial.is_dir() and any(name.startswith("chunk_") for name in os.listdir(partial))):
         assert child.poll() is None, child.communicate()[1][-3000:]
@@ -201,15 +198,42 @@ def test_stopping_the_command_stops_every_worker_and_leaves_a_resumable_run(
     # The spawned workers (not the resource tracker, which leaves when its parent has gone).
     workers = [p for p in psutil.Process(child.pid).children(recursive=True) if "spawn_main" in " ".join(p.cmdline())]
     assert len(workers) == 2
+    return child, workers
+
+
+def assert_resumable(input_path, output, expected, workers):
+    """No worker left, no output, nobody holding its lock, and --resume completes it."""
+    assert not [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
+    filelock.FileLock(str(output) + ".lock").acquire(timeout=0)
+    assert not output.exists()
+    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), str(output), resume=True, **OPTIONS)
+    assert_identical(output, expected)
+
+
+@pytest.mark.parametrize("signal_number, exit_code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_stopping_the_command_stops_every_worker_and_leaves_a_resumable_run(
+    single_process_output, tmp_path, signal_number, exit_code
+):
+    input_path, expected = single_process_output
+    output = tmp_path / "out.hdf5"
+    child, workers = start_slow_command(input_path, output)
     child.send_signal(signal_number)
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == exit_code, stderr[-3000:]
     assert "run the same command with --resume" in stderr.strip().splitlines()[-1]
-    assert not [worker.pid for worker in workers if worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE]
-    filelock.FileLock(str(output) + ".lock").acquire(timeout=0)  # nobody holds the output's lock
-    assert not output.exists()
-    ElmoEmbedder(ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE).embed_file(str(input_path), str(output), resume=True, **OPTIONS)
-    assert_identical(output, expected)
+    assert_resumable(input_path, output, expected, workers)
+
+
+def test_workers_stop_when_the_command_is_killed_outright(single_process_output, tmp_path):
+    # kill -9 or the out-of-memory killer: the command cannot stop its workers itself.
+    input_path, expected = single_process_output
+    output = tmp_path / "out.hdf5"
+    child, workers = start_slow_command(input_path, output)
+    child.kill()
+    child.communicate(timeout=120)
+    _, alive = psutil.wait_procs(workers, timeout=60)
+    assert not alive, [worker.pid for worker in alive]
+    assert_resumable(input_path, output, expected, workers)
 
 
 def test_more_workers_than_cores_are_warned_about_before_they_start(monkeypatch, caplog):
