@@ -12,6 +12,7 @@ the process group, passing that plan around, and turning a worker's failure into
 """
 import contextlib
 import logging
+import multiprocessing
 import os
 import re
 import signal
@@ -127,7 +128,7 @@ def spawn_workers(run: Callable[[Any], None], embedder: Any, num_workers: int, o
     port = _free_port()
     threads = max(1, cores // num_workers)
     context = torch.multiprocessing.start_processes(
-        _worker, args=(num_workers, port, threads, run, embedder, os.getpid()), nprocs=num_workers, join=False,
+        _worker, args=(num_workers, port, threads, run, embedder), nprocs=num_workers, join=False,
         start_method="spawn",
     )
     try:
@@ -177,12 +178,12 @@ def _exit_on_sigterm(signal_number: int, frame: Any) -> None:
     raise SystemExit(128 + signal_number)  # unwinds: the output's lock is released, files closed
 
 
-def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embedder: Any, parent: int) -> None:
+def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embedder: Any) -> None:
     # The parent decides when the run stops (Ctrl-C reaches the whole process group) and
     # stops the workers with SIGTERM, which each one leaves through its clean-up.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    _stop_when_the_parent_dies(parent)
+    _stop_when_the_parent_dies()
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world)
     )
@@ -194,7 +195,7 @@ def _worker(rank: int, world: int, port: int, threads: int, run: Callable, embed
         dist.destroy_process_group()
 
 
-def _stop_when_the_parent_dies(parent: int) -> None:
+def _stop_when_the_parent_dies() -> None:
     # torch asks Linux to send a worker SIGINT when its parent dies, which the worker ignores
     # (above): a parent killed outright (kill -9, the out-of-memory killer) would leave its
     # workers running on, and a rerun with --resume beside them. SIGTERM instead: they stop
@@ -202,7 +203,8 @@ def _stop_when_the_parent_dies(parent: int) -> None:
     set_parent_death_signal = getattr(torch.multiprocessing, "_prctl_pr_set_pdeathsig", None)
     if set_parent_death_signal is not None:
         set_parent_death_signal(signal.SIGTERM)
-    if os.getppid() != parent:  # it died before the request was made
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the request was made
         raise SystemExit(128 + signal.SIGTERM)
 
 

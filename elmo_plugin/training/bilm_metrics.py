@@ -4,7 +4,7 @@ The `elmo_bilm` model's metrics: each direction's perplexity, both together, the
 which a checkpoint keeps so that `--recover` continues an epoch's figures.
 """
 import logging
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -70,17 +70,15 @@ class BiLmMetrics:
         `in_vocabulary_perplexity` (over targets that are not `<UNK>`), with a warning the first
         time the `<UNK>` share passes `OOV_RATE_WARNING`.
         """
-        forward_nll, forward_tokens = self._perplexities["forward"].totals()
-        backward_nll, backward_tokens = self._perplexities["backward"].totals()
+        # Read before `get_metric(reset)` empties them.
+        together = perplexity_of(*_both_directions(self._perplexities))
         metrics = {
             "forward_perplexity": self._perplexities["forward"].get_metric(reset),
             "backward_perplexity": self._perplexities["backward"].get_metric(reset),
-            "perplexity": perplexity_of(forward_nll + backward_nll, forward_tokens + backward_tokens),
+            "perplexity": together,
             "oov_rate": self._oov_rate.get_metric(reset),
         }
-        forward_known_nll, forward_known = self._in_vocabulary_perplexities["forward"].totals()
-        backward_known_nll, backward_known = self._in_vocabulary_perplexities["backward"].totals()
-        known_nll, known_tokens = forward_known_nll + backward_known_nll, forward_known + backward_known
+        known_nll, known_tokens = _both_directions(self._in_vocabulary_perplexities)
         if known_tokens > 0:
             metrics["in_vocabulary_perplexity"] = perplexity_of(known_nll, known_tokens)
             if metrics["oov_rate"] > OOV_RATE_WARNING and not self._warned_about_oov_rate:
@@ -113,3 +111,9 @@ class BiLmMetrics:
         """Continues from `state()` as a checkpoint saved it."""
         for name, metric in self._metric_objects().items():
             vars(metric).update(state[name])
+
+
+def _both_directions(perplexities: Dict[str, TokenPerplexity]) -> Tuple[float, int]:
+    """Both directions' running totals together: (summed loss, targets)."""
+    totals = [perplexities[direction].totals() for direction in DIRECTIONS]
+    return sum(total[0] for total in totals), sum(total[1] for total in totals)
