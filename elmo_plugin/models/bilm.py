@@ -27,7 +27,7 @@ from elmo_plugin.modules.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.elmo_lstm import LstmState
 from elmo_plugin.training.bilm_metrics import BiLmMetrics
 from elmo_plugin.weights import layout
-from elmo_plugin.weights.formats import read_bilm
+from elmo_plugin.weights.recorded import read_bilm_of_model
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
@@ -130,8 +130,11 @@ class ElmoBiLmModel(Model):
         self.num_samples = num_samples
         self.dropout = dropout
         # Without a weight file: an architecture to train from scratch.
-        options, weights = read_bilm(options_file, weight_file)
+        # A trained model's archive builds the biLM from what its weights recorded, without the
+        # files it was fine-tuned from (`weights.recorded`).
+        options, weights = read_bilm_of_model(options_file, weight_file, kwargs.get("serialization_dir"))
         self._bilm = TrainableBiLm(options, weights, BiLmVocabulary.words(vocab), lstm_input_dropout=dropout)
+        self._bilm.record_in_state_dict(options_file, weight_file)
         elmo_options = self._bilm.options
         self._output_dropout = torch.nn.Dropout(dropout)
         self._softmax_loss = FusedSampledSoftmaxLoss(

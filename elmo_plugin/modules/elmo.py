@@ -53,6 +53,10 @@ class Elmo(torch.nn.Module, FromParams):
     precision : `str`, optional (default = `"float32"`)
         `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity; not
         with `requires_grad`.
+    serialization_dir : `str`, optional
+        Supplied by AllenNLP where a config builds this module (the model's directory, while
+        training and loading): a trained model loads its ELMo from what its weights recorded,
+        without the files (`ElmoBiLm`).
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class Elmo(torch.nn.Module, FromParams):
         module: Optional[torch.nn.Module] = None,
         stateful: bool = ElmoSettings.stateful,
         precision: str = ElmoSettings.precision,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if module is not None:
@@ -84,7 +89,7 @@ class Elmo(torch.nn.Module, FromParams):
                     "either, or module)"
                 )
             settings = ElmoSettings(requires_grad, stateful, precision, vocab_to_cache)
-            self._elmo_lstm = ElmoBiLm.from_settings(options_file, weight_file, settings)
+            self._elmo_lstm = ElmoBiLm.from_settings(options_file, weight_file, settings, serialization_dir)
         self._has_cached_vocab = (
             vocab_to_cache is not None or getattr(self._elmo_lstm, "_word_embedding", None) is not None
         )

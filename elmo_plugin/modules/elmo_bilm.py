@@ -23,8 +23,9 @@ from elmo_plugin.modules.settings import ElmoSettings
 from elmo_plugin.modules.start_state import BetweenSentencesState, LstmState
 from elmo_plugin.modules.word_vector_cache import CachedWordVectors, token_vectors
 from elmo_plugin.modules.word_encoder import ElmoWordEncoder, word_input_vocabulary
-from elmo_plugin.weights.formats import BiLmWeights, read_bilm
+from elmo_plugin.weights.formats import BiLmWeights
 from elmo_plugin.weights import layout
+from elmo_plugin.weights.recorded import RECORD_KEY, bilm_record, file_names, read_bilm_of_model
 from elmo_plugin.weights.options import ELMOFORMANYLANGS_CHARACTERS, ElmoOptions
 from elmo_plugin.weights.parameter_mapping import Arrays, copy_into_parameters, with_prefix
 
@@ -55,6 +56,11 @@ class ElmoBiLm(torch.nn.Module):
     settings : `ElmoSettings`, optional
         `requires_grad`, `vocab_to_cache`, `stateful` and `precision` as one object (what
         `Elmo`, the token embedder and `ElmoEmbedder` pass); instead of those four.
+    serialization_dir : `str`, optional
+        The directory of the AllenNLP model this biLM is part of (AllenNLP passes it to the
+        model's components while training and loading). Where its weights record this biLM,
+        it is built from that record instead of from the files, whose weights the model's
+        own replace anyway: a trained model loads without its ELMo files (`weights.recorded`).
 
     A biLM being trained (`elmo_plugin.models.trainable_bilm`) extends this class through
     `_build` and its two hooks.
@@ -71,6 +77,7 @@ class ElmoBiLm(torch.nn.Module):
         random_weights: bool = False,
         *,
         settings: Optional[ElmoSettings] = None,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if settings is None:
@@ -80,7 +87,7 @@ class ElmoBiLm(torch.nn.Module):
                 "ElmoBiLm needs its files: an options file and a weight file, or a model "
                 "directory or archive."
             )
-        options, weights = read_bilm(options_file, weight_file)
+        options, weights = read_bilm_of_model(options_file, weight_file, serialization_dir)
         if weights is None and not random_weights:
             raise ConfigurationError(
                 f"The ELMo options{'' if isinstance(options_file, ElmoOptions) else ' ' + str(options_file)} "
@@ -88,6 +95,7 @@ class ElmoBiLm(torch.nn.Module):
                 "in Python and configs), or a model directory or archive that holds both."
             )
         self._build(options, weights, settings)
+        self.record_in_state_dict(options_file, weight_file)
 
     @classmethod
     def from_weights(cls, options: ElmoOptions, weights: BiLmWeights, settings: ElmoSettings = ElmoSettings()) -> "ElmoBiLm":
@@ -143,7 +151,7 @@ class ElmoBiLm(torch.nn.Module):
         # for AllenNLP reaches the state through them (`elmo._elmo_lstm._elmo_lstm.reset_states()`).
         self._elmo_lstm = ElmoLstm.from_options(options, requires_grad=requires_grad, kernels=self.kernels)
         self._before_loading_weights(self._elmo_lstm)
-        if weights is not None:
+        if weights is not None and weights.holds_parameters:
             self.load_arrays(weights.arrays)
         self.num_layers = options.n_layers + 1
         start_state = self._elmo_lstm.batch_start_state
@@ -160,14 +168,32 @@ class ElmoBiLm(torch.nn.Module):
                     "separately from the char CNN, which unknown words still use."
                 )
             self.create_cached_cnn_embeddings(list(settings.vocab_to_cache))
+            if weights is not None and "cached_word_boundaries" in weights.extras:
+                self._word_embedding.boundary_vectors = weights.extras["cached_word_boundaries"]
         self.set_precision(settings.precision)
 
     @classmethod
     def from_settings(
-        cls, options_file: Union[str, ElmoOptions], weight_file: Optional[str], settings: ElmoSettings
+        cls,
+        options_file: Union[str, ElmoOptions],
+        weight_file: Optional[str],
+        settings: ElmoSettings,
+        serialization_dir: Optional[str] = None,
     ) -> "ElmoBiLm":
-        """A biLM from its files, run as `settings` say."""
-        return cls(options_file, weight_file, settings=settings)
+        """A biLM from its files (or from what the model in `serialization_dir` recorded of
+        it), run as `settings` say."""
+        return cls(options_file, weight_file, settings=settings, serialization_dir=serialization_dir)
+
+    def record_in_state_dict(self, options_file: Union[str, ElmoOptions, None], weight_file: Optional[str]) -> None:
+        """
+        From now on `state_dict()` records, in this module's entry of its metadata, that this
+        biLM was read from these files, with what a model needs to build it again without them
+        (`weights.recorded`). Nothing is recorded for a biLM read from no file.
+        """
+        files = file_names(options_file, weight_file)
+        if any(files):
+            self._recorded_files = files
+            self.register_state_dict_post_hook(_record_bilm)
 
     @property
     def token_embedder(self) -> Union[ElmoCharacterEncoder, ElmoWordEncoder]:
@@ -357,3 +383,14 @@ class ElmoBiLm(torch.nn.Module):
                 self._warned_about_word_ids = True
         encoded = self._token_embedder(inputs)
         return encoded["token_embedding"], encoded["mask"]
+
+
+def _record_bilm(module: ElmoBiLm, state_dict: Dict[str, torch.Tensor], prefix: str, local_metadata: Dict) -> None:
+    """The state-dict hook of `ElmoBiLm.record_in_state_dict`."""
+    cache = module._word_embedding
+    local_metadata[RECORD_KEY] = bilm_record(
+        module.options,
+        module._recorded_files,
+        module.token_embedder.vocabularies(),
+        None if cache is None else cache.boundary_vectors,
+    )

@@ -52,6 +52,9 @@ class ElmoTokenEmbedder(TokenEmbedder):
     precision : `str`, optional (default = `"float32"`)
         `"bfloat16"` or `"int8"` for faster inference at a measured cost in fidelity; not
         with `requires_grad`.
+    serialization_dir : `str`, optional
+        Supplied by AllenNLP (the model's directory, while training and loading): a trained
+        model loads its ELMo from what its weights recorded, without the files (`ElmoBiLm`).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class ElmoTokenEmbedder(TokenEmbedder):
         vocab: Optional[Vocabulary] = None,
         stateful: bool = ElmoSettings.stateful,
         precision: str = ElmoSettings.precision,
+        serialization_dir: Optional[str] = None,
     ) -> None:
         super().__init__()
         if namespace_to_cache is not None:
@@ -92,7 +96,7 @@ class ElmoTokenEmbedder(TokenEmbedder):
             do_layer_norm=do_layer_norm,
             dropout=dropout,
             scalar_mix_parameters=scalar_mix_parameters,
-            module=ElmoBiLm.from_settings(options_file, weight_file, settings),
+            module=ElmoBiLm.from_settings(options_file, weight_file, settings, serialization_dir),
         )
         self._projection: Optional[torch.nn.Linear] = None
         self.output_dim = self._elmo.get_output_dim()

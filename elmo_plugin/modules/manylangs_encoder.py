@@ -2,7 +2,7 @@
 The token layer of an ELMoForManyLangs biLM (HIT-SCIR's pretrained ELMo for many languages).
 """
 import logging
-from typing import List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy
 import torch
@@ -121,14 +121,17 @@ class ElmoForManyLangsEncoder(ElmoCharacterEncoder):
         values.update(self._cnn_parameters_from_arrays(arrays))
         return values
 
+    def vocabularies(self) -> Dict[str, List[str]]:
+        vocabularies = {layout.CHAR_VOCABULARY: self.characters}
+        if self.words is not None:
+            vocabularies[layout.WORD_VOCABULARY] = self.words
+        return vocabularies
+
     def arrays_from_parameters(self) -> Arrays:
         """The layout's datasets of an ELMoForManyLangs token layer, vocabularies included."""
-        arrays = {
-            layout.CHAR_EMBEDDING: parameter_array(self._char_embedding_weights),
-            layout.CHAR_VOCABULARY: numpy.array(self.characters, dtype=object),
-        }
+        arrays = {layout.CHAR_EMBEDDING: parameter_array(self._char_embedding_weights)}
         if self.word_embedding is not None:
             arrays[layout.WORD_VECTORS] = parameter_array(self.word_embedding.weight)
-            arrays[layout.WORD_VOCABULARY] = numpy.array(self.words, dtype=object)
+        arrays.update((name, numpy.array(words, dtype=object)) for name, words in self.vocabularies().items())
         arrays.update(self._cnn_arrays_from_parameters())
         return arrays

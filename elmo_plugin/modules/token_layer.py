@@ -33,6 +33,11 @@ class ElmoTokenEncoder(torch.nn.Module):
         """Maps `(num_tokens, 50)` character ids to `(num_tokens, output_dim)`."""
         raise NotImplementedError
 
+    def vocabularies(self) -> Dict[str, List[str]]:
+        """The word lists this layer reads besides its parameters, by their names in the weight
+        layout (none for ELMo's char CNN)."""
+        return {}
+
     def character_ids(self, batch: List[List[str]]) -> torch.Tensor:
         """The character ids this layer reads for tokenized sentences (`batch_to_ids`; a layer
         that can use more of a token than its first 48 bytes returns wider ids)."""

@@ -75,12 +75,14 @@ class ElmoWordEncoder(ElmoTokenEncoder):
         """The embedding from the layout's `embedding` dataset (rows in vocabulary order)."""
         return {"embedding.weight": arrays[layout.WORD_EMBEDDING]}
 
+    def vocabularies(self) -> Dict[str, List[str]]:
+        return {layout.VOCABULARY: self.vocabulary}
+
     def arrays_from_parameters(self) -> Arrays:
         """The layout's `embedding` and `vocabulary` datasets."""
-        return {
-            layout.WORD_EMBEDDING: parameter_array(self.embedding.weight),
-            layout.VOCABULARY: numpy.array(self.vocabulary, dtype=object),
-        }
+        arrays = {layout.WORD_EMBEDDING: parameter_array(self.embedding.weight)}
+        arrays.update((name, numpy.array(words, dtype=object)) for name, words in self.vocabularies().items())
+        return arrays
 
 
 def word_input_vocabulary(

@@ -56,6 +56,19 @@ class CachedWordVectors(torch.nn.Embedding):
         self.register_buffer("_bos_vector", vectors[0].clone(), persistent=False)
         self.register_buffer("_eos_vector", vectors[1].clone(), persistent=False)
 
+    @property
+    def boundary_vectors(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The `<S>` and `</S>` vectors, computed once from the token layer as it was built;
+        not in the state dict, whose keys are AllenNLP's (a trained model records them:
+        `weights.recorded`)."""
+        return self._bos_vector, self._eos_vector
+
+    @boundary_vectors.setter
+    def boundary_vectors(self, vectors: Tuple[torch.Tensor, torch.Tensor]) -> None:
+        with torch.no_grad():
+            for buffer, vector in zip(self.boundary_vectors, vectors):
+                buffer.copy_(vector)
+
     def embed_sentences(self, word_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.BoolTensor]:
         """
         `(batch_size, timesteps)` word ids (0 for padding) -> the token layer with `<S>` and

@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 
 import numpy
 import pytest
@@ -12,12 +13,14 @@ from allennlp.common.testing import ModelTestCase
 from allennlp.data import Batch, Vocabulary
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.models import Model
+from allennlp.models.archival import load_archive
 from allennlp.training.util import evaluate
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
 from elmo_plugin.data.vocab_file import read_bilm_vocab_file
 from elmo_plugin.models.bilm import ElmoBiLmModel
+from elmo_plugin.models.export import export_bilm
 from elmo_plugin.weights.formats import read_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from tests.helpers import (
@@ -111,13 +114,17 @@ def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax()
 
 
 def test_fine_tune_config_trains_from_a_weight_file(tmp_path):
+    start = tmp_path / "start"
+    start.mkdir()
+    for path in (ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE):
+        shutil.copyfile(path, start / os.path.basename(path))
     model = train_model_from_file(
         str(BILM_CONFIGS / "fine_tune.jsonnet"),
         str(tmp_path / "tuned"),
         overrides=bilm_data_overrides(
             **{
-                "model.options_file": ELMO_OPTIONS_FILE,
-                "model.weight_file": ELMO_WEIGHT_FILE,
+                "model.options_file": str(start / "options.json"),
+                "model.weight_file": str(start / "lm_weights.hdf5"),
                 "model.num_samples": 8,
                 "vocabulary": {"type": "bilm", "min_count": 1},
                 "dataset_reader.num_streams": 2,
@@ -130,6 +137,15 @@ def test_fine_tune_config_trains_from_a_weight_file(tmp_path):
     metrics = json.loads((tmp_path / "tuned" / "metrics.json").read_text())
     assert numpy.isfinite(metrics["validation_perplexity"])
     assert isinstance(model, ElmoBiLmModel)
+    # Its archive loads, and exports, without the files it started from (`weights.recorded`).
+    start.rename(tmp_path / "moved")
+    loaded = load_archive(str(tmp_path / "tuned" / "model.tar.gz")).model
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0)
+    export_bilm(str(tmp_path / "tuned" / "model.tar.gz"), str(tmp_path / "exported"))
+    exported = read_bilm_weights(str(tmp_path / "exported"), None).arrays
+    for name, array in model._bilm.weight_arrays().items():
+        numpy.testing.assert_array_equal(exported[name], array)
 
 
 def test_carried_state_over_windows_equals_reading_the_stream_in_one_piece():

@@ -103,6 +103,9 @@ class BiLmWeights:
     source: str
     # What a format holds beyond the biLM, by name (a TF-Hub module's layer mix).
     extras: Dict[str, Any] = field(default_factory=dict)
+    # False: `arrays` holds only the vocabularies, and the parameters come from elsewhere (the
+    # ELMo a trained model recorded, whose own state dict AllenNLP loads next: `recorded`).
+    holds_parameters: bool = True
 
 
 class WeightFormat(Registrable):
