@@ -151,12 +151,12 @@ def read_bilm_of_model(
     try:
         return read_bilm(options_file, weight_file)
     except ConfigurationError as error:
-        weights_path = None if serialization_dir is None else trained_weights_path(serialization_dir)
-        if weights_path is None:
+        if serialization_dir is None or trained_weights_path(serialization_dir) is None:
             raise
+        # Not the directory's name: an archive's is a temporary one.
         raise ConfigurationError(
-            f"{error} The trained model in {serialization_dir} was built from this ELMo, and its "
-            f"weights ({weights_path}) do not record it (a model trained with AllenNLP's own ELMo, "
-            "or before elmo_plugin recorded it): give the files where its config names them, "
-            "relative to the current directory, or name them with an override of the config."
+            f"{error} The trained model being loaded was built from this ELMo, and its weights do "
+            "not record it (a model trained with AllenNLP's own ELMo, or before elmo_plugin "
+            "recorded it): run from the directory it was trained in (its config's relative paths "
+            "start there), or give the files' new place with --overrides."
         ) from error
