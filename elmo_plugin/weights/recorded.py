@@ -121,7 +121,7 @@ def recorded_bilm(
     boundaries = record.get("cached_word_boundaries")
     logger.info(
         "The ELMo of this trained model is built from what its weights record (%s); %s not read.",
-        path,
+        os.path.basename(path),  # an archive's directory is a temporary one
         " and ".join(name for name in files if name is not None),
     )
     return BiLmWeights(
