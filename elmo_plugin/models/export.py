@@ -22,8 +22,6 @@ from elmo_plugin.weights.formats.published import OPTIONS_NAME, WEIGHTS_NAME
 logger = logging.getLogger(__name__)
 
 
-
-
 def export_bilm(
     archive: str, output_directory: str, overwrite: bool = False, with_softmax: bool = False
 ) -> Dict[str, str]:
@@ -65,23 +63,30 @@ def export_bilm_model(
 ) -> Dict[str, str]:
     """`export_bilm` for a model in memory (e.g. one trained by a script, not by `allennlp train`)."""
     vocabulary_path = _refuse_to_overwrite(output_directory, overwrite)
+    weights = bilm_weights_of_model(model, with_softmax, source=type(model).__name__)
+    paths = write_bilm_weights(weights, output_directory, "published")
+    write_bilm_vocab_file(vocabulary_path, BiLmVocabulary.words(model.vocab))
+    return {**paths, "vocabulary": vocabulary_path}
+
+
+def bilm_weights_of_model(model: ElmoBiLmModel, with_softmax: bool, source: str) -> BiLmWeights:
+    """The biLM of `model` as every weight format reads and writes it (see `export_bilm`)."""
     bilm = model.bilm
-    words = BiLmVocabulary.words(model.vocab)
     # bilm-tf's training keys, as the published options files carry them.
     extra = dict(bilm.options.extra)
     extra.update(
         bidirectional=True, dropout=model.dropout, n_negative_samples_batch=model.num_samples
     )
     options = dataclasses.replace(
-        bilm.options, n_tokens_vocab=len(words), softmax_in_weights=with_softmax, extra=extra
+        bilm.options,
+        n_tokens_vocab=len(BiLmVocabulary.words(model.vocab)),
+        softmax_in_weights=with_softmax,
+        extra=extra,
     )
     arrays = bilm.weight_arrays()
     if with_softmax:
         arrays.update(model.softmax_arrays())
-    weights = BiLmWeights(options=options, arrays=arrays, source=type(model).__name__)
-    paths = write_bilm_weights(weights, output_directory, "published")
-    write_bilm_vocab_file(vocabulary_path, words)
-    return {**paths, "vocabulary": vocabulary_path}
+    return BiLmWeights(options=options, arrays=arrays, source=source)
 
 
 def _refuse_to_overwrite(output_directory: str, overwrite: bool) -> str:

@@ -89,7 +89,7 @@ def test_a_new_format_is_one_registered_class(registered, tmp_path):
 def test_no_matching_format_names_what_each_expects(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model")
     with pytest.raises(ConfigurationError, match=r"is not a biLM in any known format \(.* holds notes.txt; "
-                                                 r"expected elmoformanylangs: .*; published: an options"):
+                                                 r"expected allennlp_bilm: .*; elmoformanylangs: .*; published: an options"):
         read_bilm_weights(str(tmp_path), str(tmp_path))
 
 
