@@ -22,17 +22,14 @@ from elmo_plugin.models.bilm import ElmoBiLmModel
 from elmo_plugin.models.export import bilm_weights_of_model
 from elmo_plugin.weights.formats import BiLmWeights, ModelFiles, WeightFormat
 from elmo_plugin.weights.options import ElmoOptions
+from elmo_plugin.weights.recorded import trained_weights_path
 
-# AllenNLP's names: an archive's weights, a serialization directory's best epoch.
-_WEIGHTS_NAMES = ("weights.th", "best.th")
 _MODEL_TYPE = "elmo_bilm"
 
 
 def _is_trained_bilm(directory: str) -> bool:
     config_path = os.path.join(directory, CONFIG_NAME)
-    if not os.path.isfile(config_path) or not any(
-        os.path.isfile(os.path.join(directory, name)) for name in _WEIGHTS_NAMES
-    ):
+    if not os.path.isfile(config_path) or trained_weights_path(directory) is None:
         return False
     try:
         with open(config_path, encoding="utf-8") as config_file:
@@ -48,7 +45,7 @@ class TrainedBiLmFormat(WeightFormat):
 
     expects = (
         f"an archive or serialization directory of an {_MODEL_TYPE} model from allennlp train "
-        f"({CONFIG_NAME} of model type {_MODEL_TYPE!r}, and {' or '.join(_WEIGHTS_NAMES)})"
+        f"({CONFIG_NAME} of model type {_MODEL_TYPE!r}, and weights.th or best.th)"
     )
 
     @overrides

@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.models.archival import get_weights_path
 
 from elmo_plugin.weights.formats import BiLmWeights, read_bilm
 from elmo_plugin.weights.options import ElmoOptions
@@ -28,10 +29,6 @@ logger = logging.getLogger(__name__)
 
 # The key of the record in a biLM's entry of the state dict's metadata.
 RECORD_KEY = "elmo_plugin.bilm"
-
-# AllenNLP's names for a trained model's weights: an archive's, then a serialization
-# directory's best epoch (`allennlp.models.archival.get_weights_path`).
-_WEIGHTS_FILE_NAMES = ("weights.th", "best.th")
 
 FileName = Union[str, os.PathLike, ElmoOptions, None]
 
@@ -78,12 +75,10 @@ def bilm_record(
 
 
 def trained_weights_path(serialization_dir: Union[str, os.PathLike]) -> Optional[str]:
-    """The weights file AllenNLP loads a model from in `serialization_dir`, if there is one."""
-    for name in _WEIGHTS_FILE_NAMES:
-        path = os.path.join(serialization_dir, name)
-        if os.path.isfile(path):
-            return path
-    return None
+    """The weights file AllenNLP loads a model from in `serialization_dir` (an archive's
+    `weights.th`, else a serialization directory's `best.th`), if there is one."""
+    path = get_weights_path(serialization_dir)
+    return path if os.path.isfile(path) else None
 
 
 def recorded_bilm(
