@@ -136,6 +136,13 @@ class TestTaskConfigs(AllenNlpTestCase):
             with pytest.raises(RuntimeError, match="undefined external variable: ELMO_DIM"):
                 Params.from_file(str(CONFIGS / "pos_elmo.jsonnet"))
 
+    def test_the_size_is_read_from_a_model_directory_or_archive(self, trained_tiny_bilm):
+        # The biLM's archive, its serialization directory, an export: each a whole model.
+        for model in (trained_tiny_bilm / "model.tar.gz", trained_tiny_bilm):
+            environment = {"ELMO_OPTIONS_FILE": str(model), "ELMO_WEIGHT_FILE": str(model)}
+            apply_config_environment_defaults(environment)
+            assert environment["ELMO_DIM"] == "32"  # 2 x the tiny biLM's projection_dim
+
     def test_a_missing_data_variable_is_named(self):
         environment = task_environment("ner_elmo.jsonnet", **ORIGINAL_ELMO)
         del environment["NER_VALIDATION_DATA_PATH"]

@@ -10,7 +10,10 @@ user has set are never changed.
 - With none of `ELMO_OPTIONS_FILE`, `ELMO_WEIGHT_FILE`, `ELMO_DIM` set, the configs use the
   published original ELMo (2x4096_512_2048cnn_2xhighway, 1024 dimensions).
 - With the two files set and `ELMO_DIM` unset, `ELMO_DIM` is read from the options file when
-  it is a local file or a published URL; otherwise it stays unset and Jsonnet's error names it.
+  it is a local file or a published URL, or from the biLM when it is a local model directory or
+  archive (of any weight format: an `elmo_bilm` model's `model.tar.gz`, ELMoForManyLangs,
+  ...), which reads the model once per command; otherwise it stays unset and Jsonnet's error
+  names it.
 
 Why on import, and not where the config is read: AllenNLP reads a config in `Params.from_file`,
 which hands Jsonnet `os.environ` as it is and has no hook for other variables; the plugin's
@@ -26,7 +29,8 @@ from typing import MutableMapping, Optional
 
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.weights import pretrained
+from elmo_plugin.weights import archives, pretrained
+from elmo_plugin.weights.formats import read_bilm
 from elmo_plugin.weights.options import ElmoOptions
 
 logger = logging.getLogger(__name__)
@@ -44,14 +48,18 @@ def elmo_dim_of(options_file: str) -> Optional[int]:
     if published_dim is not None:
         return published_dim
     path = options_file[len("file://"):] if options_file.startswith("file://") else options_file
-    if not os.path.isfile(path):
-        return None
     try:
-        return ElmoOptions.from_local_file(path, options_file).output_dim
+        if os.path.isdir(path) or archives.is_archive(path):
+            # A whole model: its options are in whatever format it is in.
+            dim = read_bilm(path, None)[0].output_dim
+            logger.info("ELMO_DIM=%d read from the biLM %s (set ELMO_DIM to skip reading it).", dim, path)
+            return dim
+        if os.path.isfile(path):
+            return ElmoOptions.from_local_file(path, options_file).output_dim
     except (OSError, ConfigurationError) as error:
         # The config's ELMo embedder reads the same file and reports the problem properly.
         logger.debug("Cannot read the ELMo size from %s: %s", path, error)
-        return None
+    return None
 
 
 def apply_config_environment_defaults(environment: MutableMapping[str, str] = os.environ) -> None:
