@@ -117,7 +117,7 @@ def recorded_bilm(
     logger.info(
         "The ELMo of this trained model is built from what its weights record (%s); %s not read.",
         os.path.basename(path),  # an archive's directory is a temporary one
-        " and ".join(name for name in files if name is not None),
+        " and ".join(dict.fromkeys(name for name in files if name is not None)),
     )
     return BiLmWeights(
         options=options,
