@@ -1,6 +1,7 @@
 """Paths, architectures and markers shared by the tests."""
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any, Dict
 
@@ -19,6 +20,13 @@ ELMO_FIXTURES = SHARED_FIXTURES / "elmo"
 ELMO_OPTIONS_FILE = str(ELMO_FIXTURES / "options.json")
 ELMO_WEIGHT_FILE = str(ELMO_FIXTURES / "lm_weights.hdf5")
 TEST_FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def copy_of_the_fixture_biLM(directory: Path) -> None:
+    """The fixture biLM's two files copied into `directory` (writable, and movable away)."""
+    directory.mkdir(parents=True)
+    for path in (ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE):
+        shutil.copyfile(path, directory / Path(path).name)
 
 
 def read_hdf5(path):

@@ -101,11 +101,7 @@ def recorded_bilm(
         return None
     metadata = getattr(state, "_metadata", None) or {}
     records = [
-        entry[RECORD_KEY]
-        for entry in metadata.values()
-        if isinstance(entry, dict)
-        and isinstance(entry.get(RECORD_KEY), dict)
-        and entry[RECORD_KEY].get("files") == list(files)
+        entry[RECORD_KEY] for entry in metadata.values() if entry.get(RECORD_KEY, {}).get("files") == list(files)
     ]
     if not records:
         return None

@@ -1,6 +1,5 @@
 import json
 import os
-import shutil
 
 import numpy
 import pytest
@@ -31,6 +30,7 @@ from tests.helpers import (
     ELMO_OPTIONS_FILE,
     ELMO_WEIGHT_FILE,
     bilm_data_overrides,
+    copy_of_the_fixture_biLM,
 )
 
 
@@ -115,9 +115,7 @@ def test_fine_tuning_starts_from_exactly_the_files_weights_and_a_fresh_softmax()
 
 def test_fine_tune_config_trains_from_a_weight_file(tmp_path):
     start = tmp_path / "start"
-    start.mkdir()
-    for path in (ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE):
-        shutil.copyfile(path, start / os.path.basename(path))
+    copy_of_the_fixture_biLM(start)
     model = train_model_from_file(
         str(BILM_CONFIGS / "fine_tune.jsonnet"),
         str(tmp_path / "tuned"),

@@ -2,7 +2,6 @@
 A trained model loads without the ELMo files its config names (`elmo_plugin.weights.recorded`):
 from another directory, after the files moved, on a machine without them.
 """
-import shutil
 
 import numpy
 import pytest
@@ -21,16 +20,10 @@ from elmo_plugin.weights.formats import BiLmWeights, write_bilm_weights
 from elmo_plugin.weights.options import ElmoOptions
 from elmo_plugin.weights.recorded import RECORD_KEY
 from tests.fixtures.elmoformanylangs_model import make_model
-from tests.helpers import ELMO_FIXTURES, TEST_FIXTURES
+from tests.helpers import ELMO_FIXTURES, TEST_FIXTURES, copy_of_the_fixture_biLM
 from tests.random_weights import random_weight_arrays
 
 SENTENCES = [["The", "cat", "sat", "on", "ковре"], ["我们", "ran", "."]]
-
-
-def copy_of_the_fixture_biLM(directory):
-    directory.mkdir(parents=True)
-    for name in ("options.json", "lm_weights.hdf5"):
-        shutil.copyfile(ELMO_FIXTURES / name, directory / name)
 
 
 def tagger_params(**embedder):
