@@ -14,17 +14,19 @@ import sys
 import numpy
 import pytest
 import torch
-from allennlp.commands.train import train_model_from_file
+from allennlp.commands.train import train_model, train_model_from_file
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.optimizers import Optimizer
 
 from elmo_plugin import ElmoBiLm, ElmoEmbedder, batch_to_ids
 from elmo_plugin.models.export import export_bilm_model
+from elmo_plugin.modules.elmo_lstm import ElmoLstm
 from elmo_plugin.training.fused_adagrad import fused_runs_on
 from elmo_plugin.weights.formats import read_bilm_weights
 from tests.helpers import (
     BILM_CONFIGS,
+    copy_of_the_fixture_biLM,
     ELMO_OPTIONS_FILE,
     ELMO_WEIGHT_FILE,
     ORACLE_ARCHITECTURES,
@@ -33,6 +35,7 @@ from tests.helpers import (
     read_hdf5,
 )
 from tests.inference.test_workers import LINES, OPTIONS, assert_identical
+from tests.weights.test_recorded import tagger_logits, tagger_params
 from tests.modules.oracle import (
     check_bilm_equals_allennlp,
     check_elmo_gradients_equal_allennlp,
@@ -213,7 +216,64 @@ def test_workers_on_the_gpu_write_what_one_gpu_process_writes(tmp_path):
          str(input_path), str(tmp_path / "launched.hdf5"), "--all", "--deterministic", "--cuda-device", "0",
          "--options-file", ELMO_OPTIONS_FILE, "--weight-file", ELMO_WEIGHT_FILE,
          "--chunk-size", str(OPTIONS["chunk_size"]), "--batch-size", str(OPTIONS["batch_size"])],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"),
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path)),
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert_identical(tmp_path / "launched.hdf5", expected)
+
+
+def test_a_tagger_trained_on_the_gpu_loads_there_without_its_elmo_files(tmp_path, monkeypatch):
+    # Fine-tuned with cached word vectors: the record's <S>/</S> vectors, read to the CPU, must
+    # reach the GPU with the rest of the model.
+    training_dir = tmp_path / "project"
+    copy_of_the_fixture_biLM(training_dir / "elmo")
+    monkeypatch.chdir(training_dir)
+    params = tagger_params(namespace_to_cache="elmo_words", requires_grad=True)
+    params["trainer"]["cuda_device"] = 0
+    train_model(params, str(training_dir / "run"))
+    archive = training_dir / "run" / "model.tar.gz"
+    expected = tagger_logits(archive, cuda_device=0)
+
+    (training_dir / "elmo").rename(tmp_path / "moved")
+    monkeypatch.chdir(tmp_path)
+    for got, want in zip(tagger_logits(archive, cuda_device=0), expected):
+        numpy.testing.assert_array_equal(got, want)
+    for got, want in zip(tagger_logits(archive), expected):
+        numpy.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_training_steps_as_cuda_graphs_give_the_step_loops_values_in_float64():
+    results = {}
+    for graphs in (True, False):
+        torch.manual_seed(0)
+        lstm = ElmoLstm(16, 8, 32, num_layers=2, requires_grad=True, memory_cell_clip_value=0.5,
+                        state_projection_clip_value=0.4)
+        lstm.store_biases_as_in_file()  # as a biLM in training has them
+        lstm.to(CUDA, torch.float64)
+        lstm.cuda_graphs = graphs
+        optimizer = torch.optim.Adagrad(lstm.parameters(), lr=0.2)
+        generator = torch.Generator().manual_seed(1)
+        state = lstm.zero_state(6, torch.empty(0, dtype=torch.float64, device=CUDA))
+        losses, input_gradients = [], []
+        for step in range(6):
+            inputs = torch.randn(6, 20, 16, generator=generator, dtype=torch.float64).to(CUDA).requires_grad_()
+            mask = torch.ones(6, 20, dtype=torch.bool, device=CUDA)
+            if step == 3:
+                mask[1, 7:] = False  # a batch with padding runs the step loop in between
+            outputs, state = lstm.forward_with_state(inputs, mask, state)
+            weights = torch.randn(outputs.shape, generator=generator, dtype=torch.float64).to(CUDA)
+            loss = (outputs * weights).sum() + state[0].sum() + state[1].square().sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            state = tuple(tensor.detach() for tensor in state)  # carried, as in biLM training
+            losses.append(loss.detach())
+            input_gradients.append(inputs.grad)
+        results[graphs] = (losses, input_gradients, [parameter.detach() for parameter in lstm.parameters()])
+        cells = lstm.forward_layers + lstm.backward_layers
+        # Each cell: its forward steps and their backward, each captured once and replayed.
+        assert [len(cell.captured_steps.graphs) for cell in cells] == [2 if graphs else 0] * 4
+    for graphed, stepped in zip(results[True], results[False]):
+        for got, want in zip(graphed, stepped):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)

@@ -46,8 +46,8 @@ def tagger_params(**embedder):
     })
 
 
-def tagger_logits(archive_path):
-    archive = load_archive(str(archive_path))
+def tagger_logits(archive_path, cuda_device=-1):
+    archive = load_archive(str(archive_path), cuda_device=cuda_device)
     instances = list(archive.dataset_reader.read(str(TEST_FIXTURES / "tagging" / "sentences.txt")))
     return [output["logits"] for output in archive.model.forward_on_instances(instances)]
 
