@@ -4,14 +4,14 @@
 # is cut off). Pack the stack first, here: `bash benchmarks/gpu_environment.sh`; then, with
 # the device tool, carrying .whl:
 #
-#   bash benchmarks/gpu_checks.sh [STAGE ...]     # stages: tests file speed profile train (default: all)
+#   bash benchmarks/gpu_checks.sh [STAGE ...]     # stages: tests file speed profile train trainprofile (default: all)
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_checks}
 mkdir -p "$OUT"
 tar xJf .whl/gpusite.tar.xz -C /tmp && export PYTHONPATH=/tmp/gpusite:$PWD
 [ -d ../shared ] || cp -r .whl/shared ../shared
 export PYTHONUNBUFFERED=1
-STAGES=${*:-tests file speed profile train}
+STAGES=${*:-tests file speed profile train trainprofile}
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   grep -m1 'model name' /proc/cpuinfo; nproc; } 2>&1 | tee "$OUT/machine.txt"
@@ -25,9 +25,11 @@ for stage in $STAGES; do
                  | grep -v Warning; done ;;
     file) timeout 190 python3 benchmarks/gpu_file_embedding.py --lines 50000 --budgets 8192 32768 --workers 2 4 2>&1 \
             | tr '\r' '\n' | grep -v 'Warning\|embedding:' ;;
-    train) for architecture in original small; do
+    train) for architecture in original small; do for graphs in "" --without-cuda-graphs; do
              timeout 75 python3 benchmarks/train_bilm.py speed --device cuda --architecture $architecture \
-               --streams 128 --steps 12 --warmup 4 2>&1 | grep -v Warning; done ;;
+               --streams 128 --steps 12 --warmup 4 $graphs 2>&1 | grep -v 'Warning\|loading instances'; done; done ;;
+    trainprofile) timeout 100 python3 benchmarks/train_bilm.py speed --profile --device cuda --architecture original \
+                    --streams 128 --steps 10 --warmup 4 --rows 30 2>&1 | grep -v 'Warning\|loading instances' ;;
   esac > "$OUT/$stage.txt"
   echo "== $stage: exit ${PIPESTATUS[0]}"; tail -25 "$OUT/$stage.txt"
 done

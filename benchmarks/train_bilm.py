@@ -49,6 +49,8 @@ from allennlp.common import Params
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.training.optimizers import Optimizer
 from allennlp.training.util import evaluate
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity
 
 from elmo_plugin.data.bilm_corpus_reader import BiLmCorpusReader
 from elmo_plugin.data.bilm_vocabulary import BiLmVocabulary
@@ -220,7 +222,7 @@ def training_loader(path: str, vocabulary, streams: int, seed: int = 0, device: 
 
 def brown_training(directory: str, streams: int, seed: int = 0, precision: str = "float32",
                    optimizer_name: str = "fused_adagrad", architecture: str = "small", device: str = "cpu",
-                   **limits):
+                   cuda_graphs: bool = True, **limits):
     """
     Brown prepared in `directory` and a fresh model: `(model, vocabulary, steps, train_path,
     heldout_path)`, where `steps` is `train_steps` within `limits`, not yet started (a
@@ -228,6 +230,7 @@ def brown_training(directory: str, streams: int, seed: int = 0, precision: str =
     """
     train_path, heldout_path, vocabulary = prepare_brown(directory)
     model = make_model(vocabulary, seed, precision, architecture).to(device)
+    model.bilm.lstm.cuda_graphs = cuda_graphs
     optimizer = make_optimizer(model, optimizer_name)
     loader = training_loader(train_path, vocabulary, streams, seed, device)
     return model, vocabulary, train_steps(model, loader, optimizer, **limits), train_path, heldout_path
@@ -236,7 +239,7 @@ def brown_training(directory: str, streams: int, seed: int = 0, precision: str =
 def model_settings(args) -> Dict[str, str]:
     """The command line's model and optimizer, as `brown_training` takes them."""
     return {"precision": args.precision, "optimizer_name": args.optimizer, "architecture": args.architecture,
-            "device": args.device}
+            "device": args.device, "cuda_graphs": not args.without_cuda_graphs}
 
 
 def train_on_brown(directory: str, streams: int, **settings):
@@ -268,25 +271,50 @@ def labelled_forward_parts(model: ElmoBiLmModel) -> None:
         setattr(module, method_name, labelled)
 
 
+# CUDA runtime calls that make the host wait for the GPU (a copy to the host, an explicit
+# synchronisation): each one empties the queue of launched kernels.
+HOST_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy")
+
+
 def run_profile(args) -> None:
-    """One profile of whole training steps: the phases, the forward parts, the top operators."""
+    """One profile of whole training steps: the phases, the forward parts, the top operators;
+    on a GPU also the share of the wall time it spends in kernels, and the host's waits."""
     torch.set_num_threads(args.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    on_gpu = args.device != "cpu"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with tempfile.TemporaryDirectory() as directory:
         model, _, steps, _, _ = brown_training(directory, args.streams, **model_settings(args),
                                                max_steps=args.steps)
         labelled_forward_parts(model)
         for _ in range(args.warmup):  # one-off allocations
             next(steps)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        with torch.profiler.profile(activities=activities) as profile:
             measured = list(steps)
     total = sum(step["seconds"] for step in measured)
-    print(f"profile of {len(measured)} training steps, {args.streams} streams, {args.threads} threads: "
-          f"{total / len(measured):.2f} s/step (with the profiler's overhead)")
+    print(f"profile of {len(measured)} training steps, {args.streams} streams, {args.threads} threads, "
+          f"{args.architecture} architecture on {args.device}: {total / len(measured) * 1e3:.1f} ms/step "
+          f"(with the profiler's overhead)")
     averages = profile.key_averages()
-    for event in sorted((e for e in averages if e.key.startswith(("step:", "forward:"))), key=lambda e: e.key):
-        print(f"  {event.key}: {event.cpu_time_total / 1e3 / len(measured):.0f} ms/step "
+    labels = (e for e in averages if e.key.startswith(("step:", "forward:")) and e.cpu_time_total > 0)
+    for event in sorted(labels, key=lambda e: e.key):
+        print(f"  {event.key}: {event.cpu_time_total / 1e3 / len(measured):.1f} ms/step on the host "
               f"({event.cpu_time_total / 1e6 / total:.0%})")
-    print(averages.table(sort_by="self_cpu_time_total", row_limit=18))
+    if on_gpu:
+        events = profile.events()
+        # The labels' GPU-side spans are annotations, not kernels.
+        kernels = [event for event in events
+                   if event.device_type == DeviceType.CUDA and not event.name.startswith(("step:", "forward:"))]
+        busy = sum(event.time_range.elapsed_us() for event in kernels) / 1e6
+        print(f"  GPU in kernels {busy / len(measured) * 1e3:.1f} ms/step = {busy / total:.0%} of the wall time; "
+              f"{len(kernels) / len(measured):.0f} kernels per step")
+        for name in HOST_WAITS:
+            calls = sum(1 for event in events if event.name == name)
+            if calls:
+                print(f"  {name}: {calls / len(measured):.1f} per step")
+        print(averages.table(sort_by="self_cuda_time_total", row_limit=args.rows))
+    print(averages.table(sort_by="self_cpu_time_total", row_limit=args.rows))
 
 
 def run_speed(args) -> None:
@@ -312,6 +340,7 @@ def run_speed(args) -> None:
         print(f"on {torch.cuda.get_device_name(args.device)}: {len(measured)} steps after {args.warmup}, "
               f"{seconds / len(measured) * 1e3:.1f} ms/step, {args.streams} streams x {WINDOW_SIZE}, "
               f"{args.architecture} architecture, training precision {args.precision}, optimizer {args.optimizer}, "
+              f"LSTM steps as CUDA graphs {not args.without_cuda_graphs}, "
               f"peak GPU memory {torch.cuda.max_memory_allocated(args.device) / 2**20:.0f} MB")
         return
     rates = gemm_rate()
@@ -442,6 +471,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="perplexity: the model's and the data order's seed")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--profile", action="store_true", help="speed: a profile of the steps instead")
+    parser.add_argument("--rows", type=int, default=18, help="profile: operators per table")
+    parser.add_argument("--without-cuda-graphs", action="store_true",
+                        help="speed on a GPU: the LSTM's training steps launched from Python (ElmoLstm.cuda_graphs off)")
     parser.add_argument("--precision", default="float32", choices=TRAINING_PRECISIONS,
                         help="the model's training_precision (bfloat16: the products of training in bfloat16)")
     parser.add_argument("--device", default="cpu", help="speed: cpu, or cuda[:N] (float32 with TF32 off)")
