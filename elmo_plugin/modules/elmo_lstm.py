@@ -84,7 +84,9 @@ class ElmoLstm(torch.nn.Module):
         recorded and nothing random happens: run the directions in padded, fixed-shape chunks,
         each replayed as a CUDA graph (`fixed_shape_lstm`), instead of launching every step's
         kernels from Python. The same values up to the products' rounding; a little GPU memory
-        per padded batch shape. Also an attribute, settable any time.
+        per padded batch shape. In training, for batches without padding (packed windows):
+        each cell's steps and their backward replayed as CUDA graphs (`captured_recurrence`).
+        Also an attribute, settable any time.
     """
 
     def __init__(
@@ -105,7 +107,6 @@ class ElmoLstm(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.parallel_directions = parallel_directions
-        self.cuda_graphs = cuda_graphs
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.cell_size = cell_size
@@ -135,9 +136,23 @@ class ElmoLstm(torch.nn.Module):
             layer_input_size = hidden_size
         for parameter in self.parameters():
             parameter.requires_grad = requires_grad
+        self.cuda_graphs = cuda_graphs
         self.fixed_shapes = FixedShapeLstm(
             (self.forward_layers, self.backward_layers), self.kernels, use_skip_connections
         )
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether a GPU replays the steps as CUDA graphs: in inference up to
+        `CUDA_GRAPHS_MOST_ROWS` rows (`fixed_shape_lstm`), in training for batches without
+        padding (`LstmCellWithProjection.cuda_graphs`)."""
+        return self._cuda_graphs
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, enabled: bool) -> None:
+        self._cuda_graphs = enabled
+        for cell in self.forward_layers + self.backward_layers:
+            cell.cuda_graphs = enabled
 
     def zero_state(self, batch_size: int, reference: torch.Tensor) -> LstmState:
         """An all-zero state of the shape `forward` takes, on `reference`'s device and dtype."""

@@ -12,6 +12,7 @@ from torch.nn.utils import parametrize
 
 from elmo_plugin.kernels.onednn import Product
 from elmo_plugin.kernels.products import Kernels, Role
+from elmo_plugin.modules.captured_recurrence import CapturedRecurrence
 from elmo_plugin.modules.recorded_recurrence import RecordedRecurrence, RecordedSteps, StepValues
 from elmo_plugin.modules.start_state import LstmState
 from elmo_plugin.weights import layout
@@ -39,7 +40,8 @@ class LstmCellWithProjection(torch.nn.Module):
     real token in one matrix product before the recurrence (it does not depend on the state),
     and each step computes only the rows whose sentence has not ended; the sum per gate is
     the same as AllenNLP's, so results agree to float rounding. Where gradients are recorded,
-    the steps run in `RecordedRecurrence`, whose backward pass is written out.
+    the steps run in `RecordedRecurrence`, whose backward pass is written out; on a GPU, where
+    every row has a token at every step, both passes run as CUDA graphs (`cuda_graphs`).
 
     # Parameters
 
@@ -59,6 +61,9 @@ class LstmCellWithProjection(torch.nn.Module):
         Clip `h` to `[-value, value]`.
     kernels : `Kernels`, optional
         Computes the input, recurrent and projection products (the stack shares its own).
+    cuda_graphs : `bool`, optional (default = `True`)
+        In training on a GPU, replay the steps of batches without padding as CUDA graphs
+        (`captured_recurrence`); the stack sets it for all its cells (`ElmoLstm.cuda_graphs`).
     """
 
     def __init__(
@@ -71,8 +76,11 @@ class LstmCellWithProjection(torch.nn.Module):
         memory_cell_clip_value: Optional[float] = None,
         state_projection_clip_value: Optional[float] = None,
         kernels: Optional[Kernels] = None,
+        cuda_graphs: bool = True,
     ) -> None:
         super().__init__()
+        self.cuda_graphs = cuda_graphs
+        self.captured_steps = CapturedRecurrence()
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.cell_size = cell_size

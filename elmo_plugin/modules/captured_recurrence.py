@@ -1,0 +1,133 @@
+"""
+An LSTM cell's training steps, forward and written-out backward (`recorded_recurrence`), as
+CUDA graphs (`elmo_plugin.kernels.cuda_graphs`).
+
+A biLM's training step on a GPU is bound by the host launching kernels: each cell's steps are a
+few dozen small kernels each, forward and backward, thousands per training step
+(BENCHMARKS.md, "On a GPU"). Packed training windows have one shape (streams x window, every
+row a token at every position), so a cell's forward steps are one piece of work of a fixed
+shape, and so is their backward: each is captured once and then replayed in one launch.
+
+A graph reads and writes the same tensors at every replay: each call's tensors are copied into
+buffers first, the forward's results (its outputs and the step values its backward reads) are
+the graph's, and the caller gets copies of what it keeps. Because the next forward replay
+overwrites the step values, a forward whose backward has not run yet holds them (`Claim`):
+another forward of the same shape meanwhile runs without graphs, and a backward whose values
+were overwritten since (a second backward through a retained graph after another forward)
+refuses, naming `cuda_graphs`, instead of computing wrong gradients.
+"""
+import weakref
+from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
+
+import torch
+
+from elmo_plugin.kernels.cuda_graphs import GraphCache
+
+
+class Claim:
+    """One forward's hold on its graph's step values, until its backward has read them."""
+
+    def __init__(self, key: Hashable, generation: int) -> None:
+        self.key = key
+        self.generation = generation
+        self.consumed = False
+
+
+class CapturedRecurrence:
+    """
+    One cell's captured training steps, by shape.
+
+    # Parameters
+
+    capture : `bool`, optional (default = `True`)
+        `False` runs the same buffered work without graphs, on any device: how the CPU tests
+        the buffers, the claims and the values.
+    """
+
+    def __init__(self, capture: bool = True) -> None:
+        self.capture = capture
+        self.graphs = GraphCache()
+        self._buffers: Dict[Hashable, Dict[str, Optional[torch.Tensor]]] = {}
+        self._forward_results: Dict[Hashable, Tuple[Any, Dict[str, Optional[torch.Tensor]]]] = {}
+        self._generations: Dict[Hashable, int] = {}
+        self._latest_claims: Dict[Hashable, "weakref.ReferenceType[Claim]"] = {}
+
+    def __len__(self) -> int:
+        """The shapes whose steps ran buffered (captured, where `capture`)."""
+        return len(self._forward_results)
+
+    # Copies (deepcopy, pickling) start empty: graphs and buffers are derived.
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"capture": self.capture}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["capture"])
+
+    def claim(
+        self, enabled: bool, active_rows_at: List[int], precision: str, tensors: Dict[str, Optional[torch.Tensor]]
+    ) -> Optional[Claim]:
+        """
+        A claim on the graph for these steps, or `None` where they run without one: graphs
+        off, a row without a token somewhere, not on a GPU (when capturing), under autocast,
+        or the graph's step values still held by a forward whose backward has not run.
+        """
+        projected_inputs, state = tensors["projected_inputs"], tensors["state"]
+        if not enabled or any(rows != state.size(0) for rows in active_rows_at):
+            return None
+        if self.capture and (not projected_inputs.is_cuda or torch.is_autocast_enabled("cuda")):
+            return None
+        key = (tuple(projected_inputs.shape), projected_inputs.dtype, precision, tensors["dropout_mask"] is not None)
+        latest = self._latest_claims.get(key)
+        holder = latest() if latest is not None else None
+        if holder is not None and not holder.consumed:
+            return None
+        self._generations[key] = self._generations.get(key, 0) + 1
+        claim = Claim(key, self._generations[key])
+        self._latest_claims[key] = weakref.ref(claim)
+        return claim
+
+    def forward(
+        self, claim: Claim, run: Callable[..., Any], tensors: Dict[str, Optional[torch.Tensor]]
+    ) -> Tuple[Any, Dict[str, Optional[torch.Tensor]]]:
+        """`run(**buffers)` with `tensors` copied into the buffers: its results (the graph's)
+        and the buffers."""
+        buffers = self._copied_in(("forward", claim.key), tensors)
+        results = self._replay(("forward", claim.key), lambda: run(**buffers))
+        self._forward_results[claim.key] = (results, buffers)
+        return results, buffers
+
+    def backward(
+        self, claim: Claim, run: Callable[..., Tuple[torch.Tensor, ...]], gradients: Dict[str, torch.Tensor]
+    ) -> Tuple[torch.Tensor, ...]:
+        """`run(forward_results, forward_buffers, **buffers)` with `gradients` copied into the
+        buffers: copies of its results (autograd may keep a parameter's gradient as it is)."""
+        if claim.generation != self._generations[claim.key]:
+            raise RuntimeError(
+                "An LSTM cell's training steps ran as a CUDA graph whose saved values another forward pass "
+                "has overwritten since (a second backward pass through a retained graph). Turn the graphs "
+                "off for such training: `cuda_graphs = False` on the `ElmoLstm`."
+            )
+        claim.consumed = True
+        forward_results, forward_buffers = self._forward_results[claim.key]
+        buffers = self._copied_in(("backward", claim.key), gradients)
+        results = self._replay(("backward", claim.key), lambda: run(forward_results, forward_buffers, **buffers))
+        return tuple(result.clone() for result in results)
+
+    def _copied_in(
+        self, key: Hashable, tensors: Dict[str, Optional[torch.Tensor]]
+    ) -> Dict[str, Optional[torch.Tensor]]:
+        buffers = self._buffers.get(key)
+        if buffers is None:
+            buffers = self._buffers[key] = {
+                name: None if tensor is None else torch.empty_like(tensor, memory_format=torch.contiguous_format)
+                for name, tensor in tensors.items()
+            }
+        for name, tensor in tensors.items():
+            if tensor is not None:
+                buffers[name].copy_(tensor)
+        return buffers
+
+    def _replay(self, key: Hashable, work: Callable[[], Any]) -> Any:
+        if not self.capture:
+            return work()
+        return self.graphs.replay(key, work, mutated=())
