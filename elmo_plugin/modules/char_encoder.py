@@ -29,8 +29,22 @@ TOKENS_PER_CNN_CHUNK = 512
 # C heap grew least with this size of those tried (BENCHMARKS.md, "Training memory").
 TOKENS_PER_TRAINING_CHUNK = 1024
 # Training: the bytes of one chunk's products, read by the max-pooling while they are still in
-# the caches (a few MB: L2 and L3).
+# the caches (a few MB: L2 and L3). On a GPU the host launching each chunk's kernels sets the
+# pace instead, so its chunks are large (BENCHMARKS.md, "On a GPU").
 _CNN_TRAINING_CHUNK_BYTES = 4 * 2**20
+_CNN_TRAINING_CHUNK_BYTES_ON_A_GPU = 256 * 2**20
+# Up to this many characters in the table, a GPU's backward pass bins every character instead of
+# finding those that occur (a sort, and the host waiting for its result's size); ELMo's table
+# has 262. ELMoForManyLangs' tables have thousands: those bins would be larger than the work.
+_EVERY_CHARACTER_BINNED_ON_A_GPU = 1024
+
+
+def _training_chunk_bytes(device: torch.device) -> int:
+    return _CNN_TRAINING_CHUNK_BYTES if device.type == "cpu" else _CNN_TRAINING_CHUNK_BYTES_ON_A_GPU
+
+
+def _bins_every_character(device: torch.device, table_rows: int) -> bool:
+    return device.type != "cpu" and table_rows <= _EVERY_CHARACTER_BINNED_ON_A_GPU
 
 
 def _maxima_and_windows(products: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -82,7 +96,8 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         code_dtype = torch.uint8 if num_windows <= 256 else torch.int32
         # A few tokens at a time: the products of all tokens at once would be the step's largest
         # tensor (the widest filters' are ~180 kB per token in float32).
-        chunk = max(1, _CNN_TRAINING_CHUNK_BYTES // (num_windows * out_channels * flat_filters.element_size()))
+        chunk_bytes = _training_chunk_bytes(character_ids.device)
+        chunk = max(1, chunk_bytes // (num_windows * out_channels * flat_filters.element_size()))
         maxima, windows = [], []
         for ids in character_ids.split(chunk):
             # (tokens, windows, char_dim x width), the windows from the last: the layout of the
@@ -108,15 +123,20 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         character_ids, table, filters, windows = ctx.saved_tensors
         out_channels, char_dim, width = filters.shape
         # Bins for the characters that occur here only (ELMoForManyLangs' tables have
-        # thousands of rows).
-        occurring, local_ids = torch.unique(character_ids, return_inverse=True)
+        # thousands of rows), or on a GPU for every character of a small table.
+        occurring: Optional[torch.Tensor] = None
+        if _bins_every_character(character_ids.device, table.size(0)):
+            local_ids, num_binned = character_ids.long(), table.size(0)
+        else:
+            occurring, local_ids = torch.unique(character_ids, return_inverse=True)
+            num_binned = occurring.numel()
         # (tokens, windows, width): the characters of every window
         window_characters = local_ids.unfold(1, width, 1)
         maximum_windows = windows.long()
         # bins[j, a, f]: the gradient of filter f's maxima whose window holds character a at
         # offset j. Scattered along the tokens, in the layout the gradient and the windows
         # already have (along the filters, it took twice as long).
-        bins = gradient.new_zeros(width, occurring.numel(), out_channels)
+        bins = gradient.new_zeros(width, num_binned, out_channels)
         for offset in range(width):
             # (tokens, out_channels): the character at `offset` in each maximum's window
             characters = window_characters[:, :, offset].gather(1, maximum_windows)
@@ -124,13 +144,18 @@ class ConvolveAndMaxPool(torch.autograd.Function):
         table_gradient = filters_gradient = None
         if ctx.needs_input_grad[2]:
             # (width, out, char_dim) -> (out, char_dim, width)
-            filters_gradient = torch.matmul(bins.transpose(1, 2), table.index_select(0, occurring)).permute(1, 2, 0)
+            binned_rows = table if occurring is None else table.index_select(0, occurring)
+            filters_gradient = torch.matmul(bins.transpose(1, 2), binned_rows).permute(1, 2, 0)
         if ctx.needs_input_grad[1]:
             # (occurring, width x out) x (width x out, char_dim)
-            occurring_gradient = bins.transpose(0, 1).reshape(occurring.numel(), -1) @ filters.permute(
+            binned_gradient = bins.transpose(0, 1).reshape(num_binned, -1) @ filters.permute(
                 2, 0, 1
             ).reshape(width * out_channels, char_dim)
-            table_gradient = table.new_zeros(table.shape).index_copy_(0, occurring, occurring_gradient)
+            table_gradient = (
+                binned_gradient
+                if occurring is None
+                else table.new_zeros(table.shape).index_copy_(0, occurring, binned_gradient)
+            )
         return None, table_gradient, filters_gradient
 
 

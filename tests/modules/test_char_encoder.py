@@ -136,13 +136,17 @@ def _character_ids_with_padding(num_tokens, num_characters=50, num_table_rows=26
     return ids
 
 
-@pytest.mark.parametrize("chunk_bytes", [None, 300])
-def test_convolve_and_max_pool_gives_allennlps_and_bilm_tfs_values_and_parameter_gradients(monkeypatch, chunk_bytes):
+@pytest.mark.parametrize("way", ["as on the CPU", "a few tokens per chunk", "as on a GPU"])
+def test_convolve_and_max_pool_gives_allennlps_and_bilm_tfs_values_and_parameter_gradients(monkeypatch, way):
     from elmo_plugin.modules import char_encoder
     from elmo_plugin.modules.char_encoder import ConvolveAndMaxPool
 
-    if chunk_bytes is not None:  # a few tokens per chunk of the forward pass
-        monkeypatch.setattr(char_encoder, "_CNN_TRAINING_CHUNK_BYTES", chunk_bytes)
+    if way == "a few tokens per chunk":
+        monkeypatch.setattr(char_encoder, "_CNN_TRAINING_CHUNK_BYTES", 300)
+    if way == "as on a GPU":  # all tokens in one chunk, a bin for every character of the table
+        monkeypatch.setattr(char_encoder, "_training_chunk_bytes",
+                            lambda device: char_encoder._CNN_TRAINING_CHUNK_BYTES_ON_A_GPU)
+        monkeypatch.setattr(char_encoder, "_bins_every_character", lambda device, table_rows: True)
 
     character_ids = _character_ids_with_padding(40)
     for width, out_channels in ((1, 5), (3, 8), (7, 16)):
