@@ -23,7 +23,9 @@ Training the biLM on this machine: throughput and a real (short) run.
 
     python benchmarks/train_bilm.py speed --streams 32 --steps 15 --warmup 5
     python benchmarks/train_bilm.py speed --device cuda --architecture original --streams 128
+    python benchmarks/train_bilm.py speed --device cuda --streams 128 --without-cuda-graphs  # the step loop
     python benchmarks/train_bilm.py speed --streams 32 --steps 10 --profile
+    python benchmarks/train_bilm.py speed --device cuda --streams 128 --profile  # + the GPU's busy share
     python benchmarks/train_bilm.py perplexity --steps 150 --seed 0
     python benchmarks/train_bilm.py speed --streams 32 --precision bfloat16
     python benchmarks/train_bilm.py speed --streams 32 --optimizer adagrad
