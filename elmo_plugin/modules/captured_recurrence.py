@@ -4,7 +4,7 @@ CUDA graphs (`elmo_plugin.kernels.cuda_graphs`).
 
 A biLM's training step on a GPU is bound by the host launching kernels: each cell's steps are a
 few dozen small kernels each, forward and backward, thousands per training step
-(BENCHMARKS.md, "On a GPU"). Packed training windows have one shape (streams x window, every
+(BENCHMARKS.md, "On an H200: training"). Packed training windows have one shape (streams x window, every
 row a token at every position), so a cell's forward steps are one piece of work of a fixed
 shape, and so is their backward: each is captured once and then replayed in one launch.
 
@@ -15,6 +15,13 @@ overwrites the step values, a forward whose backward has not run yet holds them 
 another forward of the same shape meanwhile runs without graphs, and a backward whose values
 were overwritten since (a second backward through a retained graph after another forward)
 refuses, naming `cuda_graphs`, instead of computing wrong gradients.
+
+Each shape's forward and backward graphs share a memory pool of their own: the forward's step
+values are alive when the backward is captured, and the backward's results are copied out at
+once, so neither overwrites what the other still needs. Graphs of other shapes, replayed in any
+order between them (a model that runs ELMo on two inputs before its backward pass), never
+share that pool. Only the first `MOST_CAPTURED_SHAPES` shapes of a cell are captured (packed
+windows have one); the others run the step loop instead of holding GPU memory per shape.
 """
 import weakref
 from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
@@ -22,6 +29,9 @@ from typing import Any, Callable, Dict, Hashable, List, Optional, Tuple
 import torch
 
 from elmo_plugin.kernels.cuda_graphs import GraphCache
+
+# Shapes captured per cell (see the module).
+MOST_CAPTURED_SHAPES = 4
 
 
 class Claim:
@@ -46,7 +56,7 @@ class CapturedRecurrence:
 
     def __init__(self, capture: bool = True) -> None:
         self.capture = capture
-        self.graphs = GraphCache()
+        self._graphs: Dict[Hashable, GraphCache] = {}  # by shape: its forward and backward graphs
         self._buffers: Dict[Hashable, Dict[str, Optional[torch.Tensor]]] = {}
         self._forward_results: Dict[Hashable, Tuple[Any, Dict[str, Optional[torch.Tensor]]]] = {}
         self._generations: Dict[Hashable, int] = {}
@@ -55,6 +65,10 @@ class CapturedRecurrence:
     def __len__(self) -> int:
         """The shapes whose steps ran buffered (captured, where `capture`)."""
         return len(self._forward_results)
+
+    def graphs_captured(self) -> int:
+        """The graphs captured so far, forward and backward, over all shapes."""
+        return sum(len(graphs) for graphs in self._graphs.values())
 
     # Copies (deepcopy, pickling) start empty: graphs and buffers are derived.
     def __getstate__(self) -> Dict[str, Any]:
@@ -68,8 +82,9 @@ class CapturedRecurrence:
     ) -> Optional[Claim]:
         """
         A claim on the graph for these steps, or `None` where they run without one: graphs
-        off, a row without a token somewhere, not on a GPU (when capturing), under autocast,
-        or the graph's step values still held by a forward whose backward has not run.
+        off, a row without a token somewhere, not on a GPU (when capturing), under autocast, a
+        new shape beyond `MOST_CAPTURED_SHAPES`, or the graph's step values still held by a
+        forward whose backward has not run.
         """
         projected_inputs, state = tensors["projected_inputs"], tensors["state"]
         if not enabled or any(rows != state.size(0) for rows in active_rows_at):
@@ -77,6 +92,8 @@ class CapturedRecurrence:
         if self.capture and (not projected_inputs.is_cuda or torch.is_autocast_enabled("cuda")):
             return None
         key = (tuple(projected_inputs.shape), projected_inputs.dtype, precision, tensors["dropout_mask"] is not None)
+        if key not in self._forward_results and len(self._forward_results) >= MOST_CAPTURED_SHAPES:
+            return None
         latest = self._latest_claims.get(key)
         holder = latest() if latest is not None else None
         if holder is not None and not holder.consumed:
@@ -92,7 +109,7 @@ class CapturedRecurrence:
         """`run(**buffers)` with `tensors` copied into the buffers: its results (the graph's)
         and the buffers."""
         buffers = self._copied_in(("forward", claim.key), tensors)
-        results = self._replay(("forward", claim.key), lambda: run(**buffers))
+        results = self._replay(claim.key, "forward", lambda: run(**buffers))
         self._forward_results[claim.key] = (results, buffers)
         return results, buffers
 
@@ -110,7 +127,7 @@ class CapturedRecurrence:
         claim.consumed = True
         forward_results, forward_buffers = self._forward_results[claim.key]
         buffers = self._copied_in(("backward", claim.key), gradients)
-        results = self._replay(("backward", claim.key), lambda: run(forward_results, forward_buffers, **buffers))
+        results = self._replay(claim.key, "backward", lambda: run(forward_results, forward_buffers, **buffers))
         return tuple(result.clone() for result in results)
 
     def _copied_in(
@@ -127,7 +144,9 @@ class CapturedRecurrence:
                 buffers[name].copy_(tensor)
         return buffers
 
-    def _replay(self, key: Hashable, work: Callable[[], Any]) -> Any:
+    def _replay(self, key: Hashable, part: str, work: Callable[[], Any]) -> Any:
         if not self.capture:
             return work()
-        return self.graphs.replay(key, work, mutated=())
+        if key not in self._graphs:
+            self._graphs[key] = GraphCache()
+        return self._graphs[key].replay(part, work, mutated=())

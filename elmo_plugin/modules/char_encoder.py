@@ -30,7 +30,7 @@ TOKENS_PER_CNN_CHUNK = 512
 TOKENS_PER_TRAINING_CHUNK = 1024
 # Training: the bytes of one chunk's products, read by the max-pooling while they are still in
 # the caches (a few MB: L2 and L3). On a GPU the host launching each chunk's kernels sets the
-# pace instead, so its chunks are large (BENCHMARKS.md, "On a GPU").
+# pace instead, so its chunks are large (BENCHMARKS.md, "On an H200: training").
 _CNN_TRAINING_CHUNK_BYTES = 4 * 2**20
 _CNN_TRAINING_CHUNK_BYTES_ON_A_GPU = 256 * 2**20
 # Up to this many characters in the table, a GPU's backward pass bins every character instead of

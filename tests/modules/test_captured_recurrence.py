@@ -112,3 +112,13 @@ def test_the_stack_sets_its_cells_and_copies_start_without_buffers():
     copied = copy.deepcopy(lstm)
     assert len(copied.forward_layers[0].captured_steps) == 0
     assert copied.forward_layers[0].captured_steps.capture is False
+
+
+def test_only_the_first_shapes_of_a_cell_are_buffered():
+    from elmo_plugin.modules.captured_recurrence import MOST_CAPTURED_SHAPES
+
+    buffered, stepped = make_cell(True), make_cell(False)
+    for rows in range(1, MOST_CAPTURED_SHAPES + 3):
+        mask = torch.ones(rows, 5, dtype=torch.bool)
+        assert_same(gradients_of(buffered, 1, mask), gradients_of(stepped, 1, mask))
+    assert len(buffered.captured_steps) == MOST_CAPTURED_SHAPES
