@@ -226,9 +226,17 @@ def test_a_forked_child_runs_the_directions_in_parallel_in_its_own_thread(two_th
     lstm, inputs, mask, state = _lstm_and_inputs()
     with torch.no_grad():
         expected, _ = lstm.forward_with_state(inputs, mask, state)  # the parent's worker thread now exists
-    with multiprocessing.get_context("fork").Pool(1) as pool:
+    pool = multiprocessing.get_context("fork").Pool(1)
+    try:
         # The child computes in a fresh worker thread; a hang here would time out.
         computed = pool.apply_async(_outputs_in_child, (lstm, inputs, mask, state)).get(60)
+        # Closed and joined, not terminated (the `with` block's exit): a terminated worker
+        # cannot remove the temporary directory where it shared its result's tensor
+        # (multiprocessing's `pymp-*`, holding a socket), and left one in /tmp.
+        pool.close()
+        pool.join()
+    finally:
+        pool.terminate()
     assert torch.allclose(computed, expected, atol=1e-12, rtol=0)
 
 
