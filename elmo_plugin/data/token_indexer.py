@@ -3,6 +3,7 @@ The `elmo_characters` token indexer.
 """
 from typing import Dict, List, Optional
 
+import numpy
 import torch
 from allennlp.common.util import pad_sequence_to_length
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
@@ -97,7 +98,9 @@ class ElmoTokenCharactersIndexer(TokenIndexer):
             padding_lengths["elmo_tokens"],
             default_value=lambda: [0] * MAX_CHARACTERS_PER_TOKEN,
         )
-        tensors = {"elmo_tokens": torch.LongTensor(padded)}
+        # Through numpy: torch's constructor reads nested lists element by element, at about
+        # three times the cost (BENCHMARKS.md, "Reading the corpus").
+        tensors = {"elmo_tokens": torch.from_numpy(numpy.array(padded, dtype=numpy.int64))}
         if self._cache_namespace is not None:
             tensors["word_inputs"] = torch.LongTensor(
                 pad_sequence_to_length(tokens["word_inputs"], padding_lengths["word_inputs"])
