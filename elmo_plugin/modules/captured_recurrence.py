@@ -34,12 +34,22 @@ from elmo_plugin.kernels.cuda_graphs import GraphCache
 MOST_CAPTURED_SHAPES = 4
 
 
-class Claim:
-    """One forward's hold on its graph's step values, until its backward has read them."""
+class _Shape:
+    """One shape's graphs (forward and backward, one memory pool), the buffers each reads, the
+    forward's results, and the latest claim on them."""
 
-    def __init__(self, key: Hashable, generation: int) -> None:
-        self.key = key
-        self.generation = generation
+    def __init__(self) -> None:
+        self.graphs = GraphCache()
+        self.buffers: Dict[str, Dict[str, Optional[torch.Tensor]]] = {}  # by part
+        self.forward_results: Any = None
+        self.latest_claim: Optional["weakref.ReferenceType[Claim]"] = None
+
+
+class Claim:
+    """One forward's hold on its shape's step values, until its backward has read them."""
+
+    def __init__(self, shape: _Shape) -> None:
+        self.shape = shape
         self.consumed = False
 
 
@@ -56,19 +66,15 @@ class CapturedRecurrence:
 
     def __init__(self, capture: bool = True) -> None:
         self.capture = capture
-        self._graphs: Dict[Hashable, GraphCache] = {}  # by shape: its forward and backward graphs
-        self._buffers: Dict[Hashable, Dict[str, Optional[torch.Tensor]]] = {}
-        self._forward_results: Dict[Hashable, Tuple[Any, Dict[str, Optional[torch.Tensor]]]] = {}
-        self._generations: Dict[Hashable, int] = {}
-        self._latest_claims: Dict[Hashable, "weakref.ReferenceType[Claim]"] = {}
+        self._shapes: Dict[Hashable, _Shape] = {}
 
     def __len__(self) -> int:
         """The shapes whose steps ran buffered (captured, where `capture`)."""
-        return len(self._forward_results)
+        return len(self._shapes)
 
     def graphs_captured(self) -> int:
         """The graphs captured so far, forward and backward, over all shapes."""
-        return sum(len(graphs) for graphs in self._graphs.values())
+        return sum(len(shape.graphs) for shape in self._shapes.values())
 
     # Copies (deepcopy, pickling) start empty: graphs and buffers are derived.
     def __getstate__(self) -> Dict[str, Any]:
@@ -92,50 +98,48 @@ class CapturedRecurrence:
         if self.capture and (not projected_inputs.is_cuda or torch.is_autocast_enabled("cuda")):
             return None
         key = (tuple(projected_inputs.shape), projected_inputs.dtype, precision, tensors["dropout_mask"] is not None)
-        if key not in self._forward_results and len(self._forward_results) >= MOST_CAPTURED_SHAPES:
-            return None
-        latest = self._latest_claims.get(key)
-        holder = latest() if latest is not None else None
+        shape = self._shapes.get(key)
+        if shape is None:
+            if len(self._shapes) >= MOST_CAPTURED_SHAPES:
+                return None
+            shape = self._shapes[key] = _Shape()
+        holder = shape.latest_claim() if shape.latest_claim is not None else None
         if holder is not None and not holder.consumed:
             return None
-        self._generations[key] = self._generations.get(key, 0) + 1
-        claim = Claim(key, self._generations[key])
-        self._latest_claims[key] = weakref.ref(claim)
+        claim = Claim(shape)
+        shape.latest_claim = weakref.ref(claim)
         return claim
 
-    def forward(
-        self, claim: Claim, run: Callable[..., Any], tensors: Dict[str, Optional[torch.Tensor]]
-    ) -> Tuple[Any, Dict[str, Optional[torch.Tensor]]]:
-        """`run(**buffers)` with `tensors` copied into the buffers: its results (the graph's)
-        and the buffers."""
-        buffers = self._copied_in(("forward", claim.key), tensors)
-        results = self._replay(claim.key, "forward", lambda: run(**buffers))
-        self._forward_results[claim.key] = (results, buffers)
-        return results, buffers
+    def forward(self, claim: Claim, run: Callable[..., Any], tensors: Dict[str, Optional[torch.Tensor]]) -> Any:
+        """`run(**buffers)` with `tensors` copied into the buffers: its results (the graph's)."""
+        shape = claim.shape
+        buffers = self._copied_in(shape, "forward", tensors)
+        shape.forward_results = self._replay(shape, "forward", lambda: run(**buffers))
+        return shape.forward_results
 
     def backward(
         self, claim: Claim, run: Callable[..., Tuple[torch.Tensor, ...]], gradients: Dict[str, torch.Tensor]
     ) -> Tuple[torch.Tensor, ...]:
         """`run(forward_results, forward_buffers, **buffers)` with `gradients` copied into the
         buffers: copies of its results (autograd may keep a parameter's gradient as it is)."""
-        if claim.generation != self._generations[claim.key]:
+        shape = claim.shape
+        if shape.latest_claim() is not claim:  # a later forward has replayed the graph since
             raise RuntimeError(
                 "An LSTM cell's training steps ran as a CUDA graph whose saved values another forward pass "
                 "has overwritten since (a second backward pass through a retained graph). Turn the graphs "
                 "off for such training: `cuda_graphs = False` on the `ElmoLstm`."
             )
         claim.consumed = True
-        forward_results, forward_buffers = self._forward_results[claim.key]
-        buffers = self._copied_in(("backward", claim.key), gradients)
-        results = self._replay(claim.key, "backward", lambda: run(forward_results, forward_buffers, **buffers))
+        forward_results, forward_buffers = shape.forward_results, shape.buffers["forward"]
+        buffers = self._copied_in(shape, "backward", gradients)
+        results = self._replay(shape, "backward", lambda: run(forward_results, forward_buffers, **buffers))
         return tuple(result.clone() for result in results)
 
-    def _copied_in(
-        self, key: Hashable, tensors: Dict[str, Optional[torch.Tensor]]
-    ) -> Dict[str, Optional[torch.Tensor]]:
-        buffers = self._buffers.get(key)
+    @staticmethod
+    def _copied_in(shape: _Shape, part: str, tensors: Dict[str, Optional[torch.Tensor]]) -> Dict[str, Optional[torch.Tensor]]:
+        buffers = shape.buffers.get(part)
         if buffers is None:
-            buffers = self._buffers[key] = {
+            buffers = shape.buffers[part] = {
                 name: None if tensor is None else torch.empty_like(tensor, memory_format=torch.contiguous_format)
                 for name, tensor in tensors.items()
             }
@@ -144,9 +148,7 @@ class CapturedRecurrence:
                 buffers[name].copy_(tensor)
         return buffers
 
-    def _replay(self, key: Hashable, part: str, work: Callable[[], Any]) -> Any:
+    def _replay(self, shape: _Shape, part: str, work: Callable[[], Any]) -> Any:
         if not self.capture:
             return work()
-        if key not in self._graphs:
-            self._graphs[key] = GraphCache()
-        return self._graphs[key].replay(part, work, mutated=())
+        return shape.graphs.replay(part, work, mutated=())

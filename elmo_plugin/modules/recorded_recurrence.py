@@ -241,7 +241,7 @@ class RecordedRecurrence(torch.autograd.Function):
         ctx.claim = claim
         if claim is not None:
             # The graph's results are overwritten by its next replay: the caller gets copies.
-            (outputs, final_state, final_memory, _), _ = captured.forward(
+            outputs, final_state, final_memory, _ = captured.forward(
                 claim, lambda **buffers: recorded_steps(cell, active_rows_at, precision, **buffers), tensors
             )
             return outputs.clone(), final_state.clone(), final_memory.clone()
