@@ -4,6 +4,7 @@ start-up hook), one-line answers for a missing AllenNLP and an untested torch, t
 output directory. The whole install into a fresh environment is `tests/test_wheel_install.py`.
 """
 import configparser
+import importlib.metadata
 import logging
 import os
 import subprocess
@@ -145,6 +146,43 @@ def test_setup_cfg_states_the_tested_torch_range():
 def test_every_pinned_run_time_package_is_in_the_test_environment():
     """The run-time set is part of what `make test` installs (requirements.txt includes it)."""
     assert "-r elmo_plugin/requirements.txt" in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+
+
+def test_the_versions_the_pinned_set_would_replace_are_listed(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(
+        "# a comment\n"
+        "-r other.txt\n"
+        "pytest==0.0.1  # installed here at another version\n"
+        f"h5py=={importlib.metadata.version('h5py')}\n"
+        "no-such-package-anywhere==1.0\n"
+    )
+    assert installation.pinned_versions(str(requirements)) == {
+        "pytest": "0.0.1",
+        "h5py": importlib.metadata.version("h5py"),
+        "no-such-package-anywhere": "1.0",
+    }
+    replaced = installation.replaced_versions(str(requirements))
+    assert replaced == [installation.ReplacedVersion("pytest", importlib.metadata.version("pytest"), "0.0.1")]
+    assert replaced[0].is_older()
+    assert not installation.ReplacedVersion("numpy", "1.26.4", "2.4.6").is_older()
+    assert installation.ReplacedVersion("torch", "2.15.0+cu126", "2.13.0").is_older()
+
+
+def test_the_check_before_installing_runs_as_a_script_from_the_source():
+    """`python elmo_plugin/common/installation.py`, as the README says, before anything is installed:
+    standard library only (a bare interpreter), and it reads the set beside it."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", str(REPO_ROOT / "elmo_plugin" / "common" / "installation.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    pinned = len(installation.pinned_versions())
+    assert f"requirements.txt, {pinned} packages) into " in result.stdout
+    # -S: without site-packages, every package of the set is one to add
+    assert f"It would add {pinned} package(s); 0 are already at their pinned version." in result.stdout
 
 
 def test_the_demo_never_deletes_a_directory_it_did_not_make(tmp_path):

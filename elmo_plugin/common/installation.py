@@ -7,12 +7,19 @@ environment without AllenNLP. Instead of Python's bare `No module named 'allennl
 the package then says what is missing and the command that installs the tested set, which the
 package carries (`elmo_plugin/requirements.txt`). Standard library only: this runs before any
 third-party import.
+
+The set is installed with `--no-deps`, so pip replaces, without asking, any version that a
+user's project already holds. Run as a script, before installing (from a clone or the unpacked
+source: `python elmo_plugin/common/installation.py`), this module lists what the set would
+replace in the running environment (`replaced_versions`).
 """
+import importlib.metadata
 import importlib.util
 import logging
 import os
 import re
-from typing import Optional, Tuple
+import sys
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 logger = logging.getLogger(__name__)
 
@@ -97,3 +104,68 @@ def warn_if_torch_untested(version: str) -> None:
     if message is not None and not _warned_about_torch:
         _warned_about_torch = True
         logger.warning(message)
+
+
+# `name==version`, the only form of line the pinned set has besides comments.
+_PINNED_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+
+
+def pinned_versions(requirements_file: str = REQUIREMENTS_FILE) -> Dict[str, str]:
+    """The version of each package pinned by a requirements file's `name==version` lines."""
+    with open(requirements_file, encoding="utf-8") as lines:
+        return {match.group(1): match.group(2) for match in map(_PINNED_LINE.match, lines) if match}
+
+
+class ReplacedVersion(NamedTuple):
+    package: str
+    installed: str  # the version this environment holds
+    pinned: str  # the version the set would put in its place
+
+    def is_older(self) -> bool:
+        """Whether the pinned version is the older one (by its leading numbers)."""
+        return _release_numbers(self.pinned) < _release_numbers(self.installed)
+
+
+def _release_numbers(version: str) -> Tuple[int, ...]:
+    return tuple(int(number) for number in re.findall(r"\d+", version.partition("+")[0]))
+
+
+def _installed_version(package: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def replaced_versions(requirements_file: str = REQUIREMENTS_FILE) -> List[ReplacedVersion]:
+    """The packages of the pinned set that this environment holds at another version: what
+    installing the set (`install_command`) would replace."""
+    replaced = []
+    for package, pinned in pinned_versions(requirements_file).items():
+        installed = _installed_version(package)
+        if installed is not None and installed != pinned:
+            replaced.append(ReplacedVersion(package, installed, pinned))
+    return replaced
+
+
+def main() -> int:
+    """Prints what installing the pinned set into this environment would replace and add."""
+    pinned = pinned_versions()
+    replaced = replaced_versions()
+    absent = [package for package in pinned if _installed_version(package) is None]
+    print(f"Installing elmo_plugin's pinned set ({REQUIREMENTS_FILE}, {len(pinned)} packages) into {sys.prefix}")
+    if replaced:
+        width = max(len(entry.package) for entry in replaced)
+        print(f"would replace {len(replaced)} version(s) this environment holds:")
+        for entry in replaced:
+            older = "  (older)" if entry.is_older() else ""
+            print(f"  {entry.package:<{width}}  {entry.installed} -> {entry.pinned}{older}")
+    else:
+        print("would replace none of the versions this environment holds.")
+    unchanged = len(pinned) - len(replaced) - len(absent)
+    print(f"It would add {len(absent)} package(s); {unchanged} are already at their pinned version.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
