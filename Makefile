@@ -17,7 +17,10 @@ install: $(INSTALLED)
 $(INSTALLED): requirements.txt elmo_plugin/requirements.txt setup.cfg setup.py pyproject.toml elmo_plugin.pth
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q $$(grep -E '^(pip|setuptools|wheel)==' elmo_plugin/requirements.txt | cut -d' ' -f1)
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)" $(TORCH_PIP_ARGS)
+	$(BIN)/python -m pip install -q $(TORCH_SPEC) $(TORCH_PIP_ARGS)
+	@# Python 3.12 and newer: the torchvision built for that torch, from the same index (the set's
+	@# torchvision has no build there); nothing on 3.11.
+	$(BIN)/python elmo_plugin/common/installation.py --torchvision | xargs -r $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS)
 	@# A complete pinned set (the run-time one and the tests' oracles): --no-deps keeps allennlp's
 	@# stale torch<1.13 pin out of the way.
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -r requirements.txt

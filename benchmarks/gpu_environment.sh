@@ -2,9 +2,9 @@
 # Packs what a GPU machine without network access needs to run the GPU tests and benchmarks,
 # into .whl/ (ignored by git): AllenNLP 2.10 and its runtime dependencies for CPython 3.12 as an
 # unpacked, trimmed site directory (gpusite.tar.xz, ~23 MB), and the shared fixtures and text
-# the tests and benchmarks read. The machine must already have torch, numpy, h5py, scipy,
-# scikit-learn, tokenizers, transformers' other dependencies and pytest (the lent H100/H200
-# image has them). Run from the repository root, with network access to the package index:
+# the tests and benchmarks read. The machine must already have torch, torchvision, numpy, h5py,
+# scipy, scikit-learn, transformers' other dependencies and pytest (the lent H100/H200 image
+# has them). Run from the repository root, with network access to the package index:
 #
 #   bash benchmarks/gpu_environment.sh
 #
@@ -29,7 +29,7 @@ PACKAGES="allennlp base58 blis boto3 botocore cached_path catalogue cloudpathlib
   google-resumable-media googleapis-common-protos proto-plus pyasn1 pyasn1_modules jmespath jsonnet
   lmdb more-itertools murmurhash nltk overrides preshed pydantic pydantic_core annotated-types
   typing-inspection s3transfer smart_open spacy spacy-legacy spacy-loggers srsly tensorboardX
-  termcolor thinc wasabi weasel transformers huggingface_hub cryptography cffi pycparser wrapt
+  termcolor thinc wasabi weasel transformers tokenizers huggingface_hub cryptography cffi pycparser wrapt
   protobuf defusedxml"
 PLATFORMS="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
   --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
@@ -58,10 +58,6 @@ find "$SITE/spacy/lang" -mindepth 1 -maxdepth 1 -type d ! -name en ! -name xx -e
 find "$SITE/botocore/data" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
 find "$SITE" -name '*.so' -exec strip --strip-unneeded {} +
 find "$SITE" -name __pycache__ -type d -prune -exec rm -rf {} +
-# transformers 4.30 refuses tokenizers >= 0.14 at import; the image's newer tokenizers serves
-# allennlp's imports (no tokenizer is used by ELMo), so the pin is relaxed in this copy only.
-sed -i 's/"tokenizers": "tokenizers>=0.11.1,!=0.11.3,<0.14"/"tokenizers": "tokenizers>=0.11.1,!=0.11.3"/' \
-  "$SITE/transformers/dependency_versions_table.py"
 tar cJf "$OUT/gpusite.tar.xz" -C "$BUILD" gpusite
 
 rm -rf "$OUT/shared"

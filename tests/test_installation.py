@@ -113,6 +113,38 @@ def test_a_missing_torch_says_to_install_a_build_first(monkeypatch):
     assert "pip install torch==2.15.0" in message and "2.13 to 2.15" in message
 
 
+@pytest.mark.parametrize("python, in_the_set", [((3, 11), True), ((3, 12), False), ((3, 13), False)])
+def test_torchvision_is_in_the_set_only_where_its_pinned_build_exists(python, in_the_set):
+    assert ("torchvision" in installation.pinned_versions(python=python)) is in_the_set
+    # The rest of the set is the same for every Python.
+    assert set(installation.pinned_versions(python=python)) - {"torchvision"} == set(
+        installation.pinned_versions(python=(3, 11))
+    ) - {"torchvision"}
+
+
+def test_the_torchvision_built_for_a_torch():
+    assert installation.matching_torchvision("2.13.0") == "0.28.0"
+    assert installation.matching_torchvision("2.14.1+cu128") == "0.29.1"
+    assert installation.matching_torchvision("2.15.0") == "0.30.0"
+    assert installation.matching_torchvision("3.0.0") is None
+
+
+def test_a_missing_torchvision_names_the_one_for_the_torch_where_the_set_has_none(monkeypatch):
+    monkeypatch.setattr(installation, "_installed", lambda package: False)
+    monkeypatch.setattr(installation, "_running_python", lambda: (3, 12))
+    monkeypatch.setattr(installation, "_installed_version", {"torch": "2.14.1"}.get)
+    message = str(installation.missing_dependency(ModuleNotFoundError("x", name="torchvision")))
+    assert "\n" not in message
+    assert "on Python 3.12 the pinned set has none" in message and message.endswith("pip install torchvision==0.29.1")
+
+
+def test_a_marker_the_check_cannot_read_is_refused(tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text('numpy==2.4.6; sys_platform == "linux"\n')
+    with pytest.raises(ValueError, match="sys_platform"):
+        installation.pinned_versions(str(requirements))
+
+
 def test_our_own_missing_modules_are_not_disguised():
     assert installation.missing_dependency(ModuleNotFoundError("x", name="elmo_plugin.nothing")) is None
     # A module missing inside an installed package is not a missing install.

@@ -22,16 +22,20 @@ import numpy
 import pytest
 
 from elmo_plugin import ElmoEmbedder
+from elmo_plugin.common import installation
 from tests.helpers import ELMO_OPTIONS_FILE, ELMO_WEIGHT_FILE, REPO_ROOT, TEST_FIXTURES
 
 README_SECTION = "## Use it in your own project"
 
 
+def readme_section() -> str:
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
+
+
 def readme_commands() -> Dict[str, List[str]]:
     """The shell lines of the section's first two code blocks: building the wheel, installing."""
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    blocks = re.findall(r"```bash\n(.*?)```", readme_section(), re.S)
     lines = [[line.split("#")[0].strip() for line in block.splitlines() if line.strip()] for block in blocks]
     return {"build": lines[0], "install": lines[1]}
 
@@ -97,8 +101,13 @@ def test_a_fresh_environment_outside_the_repository(wheel, tmp_path):
         assert "elmo_plugin needs" in last_line and "pip install --no-deps --no-build-isolation -r " in last_line, (
             completed.stderr)
 
-    # Then the README's lines as they are (torch: the build this environment runs).
-    torch_line = re.sub(r"torch==\S+", f"torch=={importlib.metadata.version('torch')}", torch_line)
+    # Then the README's lines as they are (torch: the build this environment runs; on Python 3.12+,
+    # with the torchvision built for it, as the README says).
+    torch_version = importlib.metadata.version("torch")
+    torch_line = re.sub(r"torch==\S+", f"torch=={torch_version}", torch_line)
+    if "torchvision" not in installation.pinned_versions():
+        assert "`pip install torch==2.13.0 torchvision==0.28.0`" in " ".join(readme_section().split())
+        torch_line += f" torchvision=={installation.matching_torchvision(torch_version)}"
     shipped = environment / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     requirements_line = requirements_line.replace("elmo_plugin/requirements.txt",
                                                   str(shipped / "elmo_plugin" / "requirements.txt"))

@@ -11,7 +11,9 @@ third-party import.
 The set is installed with `--no-deps`, so pip replaces, without asking, any version that a
 user's project already holds. Run as a script, before installing (from a clone or the unpacked
 source: `python elmo_plugin/common/installation.py`), this module lists what the set would
-replace in the running environment (`replaced_versions`).
+replace in the running environment (`replaced_versions`). On Python 3.12 and newer the set has
+no torchvision (its pinned build exists for 3.11 at most), so the user installs the one built
+for their torch beside it; `--torchvision` names it (`torchvision_requirement`).
 """
 import importlib.metadata
 import importlib.util
@@ -60,6 +62,14 @@ def missing_dependency(error: ModuleNotFoundError) -> Optional[MissingDependency
             f"{install_command()}",
             name=name,
         )
+    if top_level == "torchvision" and "torchvision" not in pinned_versions():
+        requirement = torchvision_requirement() or "torchvision (the build made for your torch)"
+        return MissingDependencyError(
+            f"elmo_plugin needs torchvision (AllenNLP imports it), which this environment lacks; on Python "
+            f"{'.'.join(map(str, _running_python()))} the pinned set has none: install the one built for "
+            f"your torch, from the index your torch came from: pip install {requirement}",
+            name=name,
+        )
     return MissingDependencyError(
         f"elmo_plugin needs the Python package {top_level!r}, which this environment lacks "
         f"(AllenNLP cannot be a pip dependency of elmo_plugin: it pins torch<1.13). Install the "
@@ -106,14 +116,65 @@ def warn_if_torch_untested(version: str) -> None:
         logger.warning(message)
 
 
-# `name==version`, the only form of line the pinned set has besides comments.
-_PINNED_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+# `name==version`, optionally with a `python_version` marker: the only lines the set has besides
+# comments.
+_PINNED_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*(?:;\s*([^#]*?))?\s*(?:#.*)?$")
+_PYTHON_VERSION_MARKER = re.compile(r"^python_version\s*(<=|>=|==|!=|<|>)\s*[\"']([\d.]+)[\"']$")
+_COMPARISONS = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
 
 
-def pinned_versions(requirements_file: str = REQUIREMENTS_FILE) -> Dict[str, str]:
-    """The version of each package pinned by a requirements file's `name==version` lines."""
+def _marker_holds(marker: str, python: Tuple[int, int]) -> bool:
+    """Whether a `python_version OP "X.Y"` marker holds for `python`; a `ValueError` for any other
+    marker (the set has no other kind, and this module reads it without `packaging`)."""
+    match = _PYTHON_VERSION_MARKER.match(marker)
+    if match is None:
+        raise ValueError(f"unsupported environment marker in the pinned set: {marker!r}")
+    return _COMPARISONS[match.group(1)](python, _release_numbers(match.group(2)))
+
+
+def _running_python() -> Tuple[int, int]:
+    return sys.version_info[0], sys.version_info[1]
+
+
+def pinned_versions(
+    requirements_file: str = REQUIREMENTS_FILE, python: Optional[Tuple[int, int]] = None
+) -> Dict[str, str]:
+    """The version of each package that a requirements file of `name==version` lines pins for
+    `python` (by default the running one; a line whose `python_version` marker does not hold is
+    not installed there)."""
+    python = python or _running_python()
     with open(requirements_file, encoding="utf-8") as lines:
-        return {match.group(1): match.group(2) for match in map(_PINNED_LINE.match, lines) if match}
+        matches = [match for match in map(_PINNED_LINE.match, lines) if match]
+    return {
+        match.group(1): match.group(2)
+        for match in matches
+        if not match.group(3) or _marker_holds(match.group(3), python)
+    }
+
+
+def matching_torchvision(torch_version: str) -> Optional[str]:
+    """The torchvision release built for a torch 2 release (torch 2.N.P goes with torchvision
+    0.(N+15).P, `None` for other torch versions): on Python 3.12 and newer, where the set has no
+    torchvision, the one to install with torch, from the same package index."""
+    match = re.match(r"2\.(\d+)\.(\d+)", torch_version)
+    return f"0.{int(match.group(1)) + 15}.{match.group(2)}" if match else None
+
+
+def torchvision_requirement() -> Optional[str]:
+    """`torchvision==VERSION` for the installed torch where the pinned set leaves torchvision to
+    the user (Python 3.12 and newer), else `None`."""
+    torch_version = _installed_version("torch")
+    if "torchvision" in pinned_versions() or torch_version is None:
+        return None
+    version = matching_torchvision(torch_version)
+    return f"torchvision=={version}" if version else None
 
 
 class ReplacedVersion(NamedTuple):
@@ -148,8 +209,18 @@ def replaced_versions(requirements_file: str = REQUIREMENTS_FILE) -> List[Replac
     return replaced
 
 
-def main() -> int:
-    """Prints what installing the pinned set into this environment would replace and add."""
+def main(arguments: List[str]) -> int:
+    """
+    Prints what installing the pinned set into this environment would replace and add; with
+    `--torchvision`, only the torchvision requirement to install with torch (empty where the
+    set has one), for scripts: `... --torchvision | xargs -r pip install`.
+    """
+    if arguments == ["--torchvision"]:
+        print(torchvision_requirement() or "")
+        return 0
+    if arguments:
+        print(f"usage: python {__file__} [--torchvision]", file=sys.stderr)
+        return 2
     pinned = pinned_versions()
     replaced = replaced_versions()
     absent = [package for package in pinned if _installed_version(package) is None]
@@ -164,8 +235,12 @@ def main() -> int:
         print("would replace none of the versions this environment holds.")
     unchanged = len(pinned) - len(replaced) - len(absent)
     print(f"It would add {len(absent)} package(s); {unchanged} are already at their pinned version.")
+    if "torchvision" not in pinned:
+        requirement = torchvision_requirement() or "the torchvision built for your torch"
+        print(f"On Python {'.'.join(map(str, _running_python()))} it needs {requirement} beside it, "
+              f"from the index your torch came from (the set's torchvision has no build for it).")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
