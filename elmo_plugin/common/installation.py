@@ -18,6 +18,7 @@ for their torch beside it; `--torchvision` names it (`torchvision_requirement`).
 import importlib.metadata
 import importlib.util
 import logging
+import operator
 import os
 import re
 import sys
@@ -121,12 +122,7 @@ def warn_if_torch_untested(version: str) -> None:
 _PINNED_LINE = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)\s*(?:;\s*([^#]*?))?\s*(?:#.*)?$")
 _PYTHON_VERSION_MARKER = re.compile(r"^python_version\s*(<=|>=|==|!=|<|>)\s*[\"']([\d.]+)[\"']$")
 _COMPARISONS = {
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne
 }
 
 
