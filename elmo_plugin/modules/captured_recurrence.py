@@ -93,9 +93,10 @@ class CapturedRecurrence:
         forward whose backward has not run.
         """
         projected_inputs, state = tensors["projected_inputs"], tensors["state"]
-        if not enabled or any(rows != state.size(0) for rows in active_rows_at):
+        # The device first: on the CPU (graphs on by default) no step's rows are looked at.
+        if not enabled or (self.capture and (not projected_inputs.is_cuda or torch.is_autocast_enabled("cuda"))):
             return None
-        if self.capture and (not projected_inputs.is_cuda or torch.is_autocast_enabled("cuda")):
+        if any(rows != state.size(0) for rows in active_rows_at):
             return None
         key = (tuple(projected_inputs.shape), projected_inputs.dtype, precision, tensors["dropout_mask"] is not None)
         shape = self._shapes.get(key)
