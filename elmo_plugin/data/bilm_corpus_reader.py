@@ -6,11 +6,13 @@ import glob
 import logging
 import os
 import random
-from typing import Iterable, Iterator, List, Optional
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
+import torch.distributed as dist
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
+from allennlp.common.util import is_distributed
 from allennlp.data.dataset_readers.dataset_reader import DatasetReader
 from allennlp.data.fields import MetadataField, TextField
 from allennlp.data.instance import Instance
@@ -36,6 +38,7 @@ CHARACTERS_KEY = "elmo"
 TARGETS_KEY = "lm"
 
 _GLOB_CHARACTERS = set("*?[")
+_T = TypeVar("_T")
 
 
 @DatasetReader.register("elmo_bilm_corpus")
@@ -121,6 +124,7 @@ class BiLmCorpusReader(DatasetReader):
         # Each pass is shuffled by its own generator, so that replaying the data loader up to a
         # checkpoint (`--recover`) gives the same passes whatever else drew random numbers.
         self._passes_read = 0
+        self._counted_pass: Optional[Tuple[Tuple[Any, ...], int]] = None  # (what, batches)
         self.max_sentence_length = max_sentence_length
         self._tokenizer = tokenizer or WhitespaceTokenizer()
         self._token_indexers = {
@@ -131,7 +135,9 @@ class BiLmCorpusReader(DatasetReader):
     @overrides
     def _read(self, file_path: str) -> Iterator[Instance]:
         paths = self._resolve_files(file_path)
-        sentences = self.shard_iterable(self._sentences(paths, file_path))
+        pass_index = self._passes_read
+        self._passes_read += 1
+        sentences = self.shard_iterable(self._sentences(paths, file_path, pass_index))
         if self.window_size is None:
             yield from self._sentence_instances(sentences)
         else:
@@ -154,10 +160,33 @@ class BiLmCorpusReader(DatasetReader):
         except FileNotFoundError as error:
             raise ConfigurationError(f"elmo_bilm_corpus: {file_path} not found.") from error
 
-    def _sentences(self, paths: List[str], file_path: str) -> Iterator[List[Token]]:
-        paths = list(paths)
-        shuffler = random.Random(f"{self._shuffle_seed}:{self._passes_read}")
+    def window_batches(self, file_path: str) -> int:
+        """
+        How many batches of packed windows (steps of `num_streams` windows) the next pass over
+        `file_path` yields, in this process's share of the data: the text is read and split
+        into words again, without indexing, and packed as `_read` packs it, in the same order.
+        Counted once per pass (AllenNLP's trainer and its progress bar both ask).
+        """
+        if self.window_size is None:
+            raise ValueError("elmo_bilm_corpus: batches of windows need window_size and num_streams.")
+        share = (dist.get_rank(), dist.get_world_size()) if is_distributed() else None
+        key = (file_path, self._passes_read, share, self.get_worker_info())
+        if self._counted_pass is None or self._counted_pass[0] != key:
+            paths = self._resolve_files(file_path)
+            sentences = self.shard_iterable(self._sentences(paths, file_path, self._passes_read))
+            # Stand-ins for the sentences' tokens with their boundaries: only lengths matter.
+            steps = self._packed_windows(range(len(words) + 2) for words in sentences)
+            self._counted_pass = (key, sum(1 for _ in steps))
+        return self._counted_pass[1]
+
+    def count_pass_read_by_a_worker(self) -> None:
+        """Counts a pass that a copy of this reader read in a worker process, so that the next
+        pass is shuffled by its own seed (the data loader calls it)."""
         self._passes_read += 1
+
+    def _sentences(self, paths: List[str], file_path: str, pass_index: int) -> Iterator[List[Token]]:
+        paths = list(paths)
+        shuffler = random.Random(f"{self._shuffle_seed}:{pass_index}")
         if self.shuffle:
             shuffler.shuffle(paths)
         total = 0
@@ -209,34 +238,9 @@ class BiLmCorpusReader(DatasetReader):
         return Instance({SENTENCE_FIELD: TextField(_with_boundaries(words))})
 
     def _window_instances(self, sentences: Iterable[List[Token]]) -> Iterator[Instance]:
-        window_tokens = self.window_size + 1
-        sentence_iterator = iter(sentences)
-        # Per stream, the text not yet read, in each direction's reading order.
-        forward_buffers: List[List[Token]] = [[] for _ in range(self.num_streams)]
-        backward_buffers: List[List[Token]] = [[] for _ in range(self.num_streams)]
-        exhausted = False
-        step = 0
-        while True:
-            for forward_buffer, backward_buffer in zip(forward_buffers, backward_buffers):
-                while not exhausted and len(forward_buffer) < window_tokens:
-                    words = next(sentence_iterator, None)
-                    if words is None:
-                        exhausted = True
-                        break
-                    sentence = _with_boundaries(words)
-                    forward_buffer.extend(sentence)
-                    backward_buffer.extend(reversed(sentence))
-            if exhausted and all(len(buffer) < 2 for buffer in forward_buffers):
-                return
-            for stream, (forward_buffer, backward_buffer) in enumerate(
-                zip(forward_buffers, backward_buffers)
-            ):
-                length = min(window_tokens, len(forward_buffer))
-                forward_window = forward_buffer[:length]
-                backward_window = backward_buffer[:length][::-1]
-                # The last token read is the next window's first input.
-                del forward_buffer[: max(length - 1, 0)]
-                del backward_buffer[: max(length - 1, 0)]
+        bounded_sentences = (_with_boundaries(words) for words in sentences)
+        for step, windows in enumerate(self._packed_windows(bounded_sentences)):
+            for stream, (forward_window, backward_window) in enumerate(windows):
                 yield Instance(
                     {
                         FORWARD_WINDOW_FIELD: TextField(forward_window),
@@ -244,7 +248,35 @@ class BiLmCorpusReader(DatasetReader):
                         METADATA_FIELD: MetadataField({"stream": stream, "step": step}),
                     }
                 )
-            step += 1
+
+    def _packed_windows(self, sentences: Iterable[Sequence[_T]]) -> Iterator[List[Tuple[List[_T], List[_T]]]]:
+        """Per step, each stream's (forward window, backward window), from `sentences` with
+        their boundary tokens: the one packing of `_read` and `window_batches`."""
+        window_tokens = self.window_size + 1
+        sentence_iterator = iter(sentences)
+        # Per stream, the text not yet read, in each direction's reading order.
+        forward_buffers: List[List[_T]] = [[] for _ in range(self.num_streams)]
+        backward_buffers: List[List[_T]] = [[] for _ in range(self.num_streams)]
+        exhausted = False
+        while True:
+            for forward_buffer, backward_buffer in zip(forward_buffers, backward_buffers):
+                while not exhausted and len(forward_buffer) < window_tokens:
+                    sentence = next(sentence_iterator, None)
+                    if sentence is None:
+                        exhausted = True
+                        break
+                    forward_buffer.extend(sentence)
+                    backward_buffer.extend(reversed(sentence))
+            if exhausted and all(len(buffer) < 2 for buffer in forward_buffers):
+                return
+            windows = []
+            for forward_buffer, backward_buffer in zip(forward_buffers, backward_buffers):
+                length = min(window_tokens, len(forward_buffer))
+                windows.append((forward_buffer[:length], backward_buffer[:length][::-1]))
+                # The last token read is the next window's first input.
+                del forward_buffer[: max(length - 1, 0)]
+                del backward_buffer[: max(length - 1, 0)]
+            yield windows
 
     @overrides
     def apply_token_indexers(self, instance: Instance) -> None:

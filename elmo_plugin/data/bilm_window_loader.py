@@ -39,7 +39,8 @@ class BiLmWindowLoader(MultiProcessDataLoader):
     max_instances_in_memory : `int`, optional
         See `MultiProcessDataLoader`: the corpus is then read while it is trained on, this many
         windows ahead, and the reader shuffles it again on every pass. The training configs
-        set it, since all of a corpus's instances take ~0.5 KB of memory per token.
+        set it, since all of a corpus's instances take ~0.5 KB of memory per token. The
+        loader's length is then counted before each pass (`BiLmCorpusReader.window_batches`).
     batches_per_epoch : `int`, optional
         See `MultiProcessDataLoader`.
     cuda_device : `torch.device`, optional
@@ -98,14 +99,27 @@ class BiLmWindowLoader(MultiProcessDataLoader):
         )
 
     @overrides
+    def __len__(self) -> int:
+        # AllenNLP's loader knows its length only once every instance is in memory: read
+        # lazily, the trainer's bar would show no total and no time left.
+        if self.batches_per_epoch is not None or self.max_instances_in_memory is None:
+            return super().__len__()
+        return self.reader.window_batches(self.data_path)  # type: ignore
+
+    @overrides
     def __iter__(self) -> Iterator[TensorDict]:
-        if self.max_instances_in_memory is None or self.quiet:
+        if self.max_instances_in_memory is None:
             yield from super().__iter__()
             return
         # Read lazily, instances arrive while the trainer's bar counts the batches: a second
         # bar for them would print between its updates.
+        quiet = self.quiet
         self.quiet = True
         try:
             yield from super().__iter__()
         finally:
-            self.quiet = False
+            self.quiet = quiet
+            if self.num_workers > 0:
+                # The worker read the pass with its copy of the reader: count it here, or every
+                # pass would be shuffled as the first.
+                self.reader.count_pass_read_by_a_worker()  # type: ignore

@@ -67,9 +67,9 @@
     // Packed windows reach the model in stream order: one window per stream in each batch, no
     // shuffling. The 'bilm_windows' loader takes its batch size from its reader's num_streams,
     // for the validation data too (whose reader may have other streams). The corpus is read
-    // as it is trained on, 32 batches ahead, so its size does not matter; null reads it all
-    // first (AllenNLP's instances take ~0.5 KB of memory per token) and shows the number of
-    // batches per epoch.
+    // as it is trained on, 32 batches ahead, so its size does not matter (the loader counts
+    // each pass's batches first, for the progress bar's total); null reads it all first
+    // (AllenNLP's instances take ~0.5 KB of memory per token).
     data_loader: { type: 'bilm_windows', max_instances_in_memory: 32 * num_streams },
     trainer: {
       optimizer: if optimizer == null
