@@ -165,12 +165,15 @@ class BiLmCorpusReader(DatasetReader):
         How many batches of packed windows (steps of `num_streams` windows) the next pass over
         `file_path` yields, in this process's share of the data: the text is read and split
         into words again, without indexing, and packed as `_read` packs it, in the same order.
-        Counted once per pass (AllenNLP's trainer and its progress bar both ask).
+        Counted once per pass (AllenNLP's trainer and its progress bar both ask), and once in
+        all without `shuffle`.
         """
         if self.window_size is None:
             raise ValueError("elmo_bilm_corpus: batches of windows need window_size and num_streams.")
         share = (dist.get_rank(), dist.get_world_size()) if is_distributed() else None
-        key = (file_path, self._passes_read, share, self.get_worker_info())
+        # Unshuffled (validation), every pass packs alike: counted once, not before every pass.
+        pass_order = self._passes_read if self.shuffle else None
+        key = (file_path, pass_order, share, self.get_worker_info())
         if self._counted_pass is None or self._counted_pass[0] != key:
             paths = self._resolve_files(file_path)
             sentences = self.shard_iterable(self._sentences(paths, file_path, self._passes_read))
